@@ -1,0 +1,263 @@
+"""The ``pgbraid`` command line: the same engine as Python and HTTP.
+
+``--json`` on a read command prints exactly the HTTP response body; errors print
+the one error shape (``{"error": {...}}``) and exit with code 2 for bad input,
+3 when PostgreSQL is unavailable or timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import typer
+
+from .client import Client, connect
+from .config import Settings
+from .db.server import EmbeddedServer
+from .errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
+from .ingest.readers import FieldMap
+from .output import console, show_mapping, show_pipelines, show_search
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="pgbraid: braided retrieval strategies on PostgreSQL.")
+server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server.")
+pipeline_app = typer.Typer(no_args_is_help=True, help="Create and inspect pipelines.")
+app.add_typer(server_app, name="server")
+app.add_typer(pipeline_app, name="pipeline")
+
+JsonOpt = typer.Option(False, "--json", help="Print the HTTP API's JSON body.")
+
+
+def emit(body: Any) -> None:
+    sys.stdout.write(json.dumps(body, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def handled(as_json: bool) -> Iterator[None]:
+    try:
+        yield
+    except PgbraidError as exc:
+        if as_json:
+            emit(error_body(exc))
+        else:
+            console.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
+        raise typer.Exit(3 if isinstance(exc, (BackendUnavailable, BackendTimeout)) else 2)
+
+
+def parse_json_option(value: str | None, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"--{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+
+
+# -- server -------------------------------------------------------------------
+
+def _server() -> EmbeddedServer:
+    settings = Settings()
+    if settings.dsn:
+        raise InvalidRequest("PGBRAID_DSN is set: pgbraid uses that server and starts none")
+    return EmbeddedServer(settings.resolved_data_dir())
+
+
+@server_app.command("start")
+def server_start(tcp_port: Optional[int] = typer.Option(None, help="Also listen on 127.0.0.1:PORT (password auth)."),
+                 as_json: bool = JsonOpt) -> None:
+    """Start the embedded server (or attach to the one running)."""
+    with handled(as_json):
+        status = _server().start(tcp_port=tcp_port)
+        emit(status.as_dict()) if as_json else show_mapping("server running", status.as_dict())
+
+
+@server_app.command("stop")
+def server_stop(as_json: bool = JsonOpt) -> None:
+    """Stop the embedded server."""
+    with handled(as_json):
+        status = _server().stop()
+        emit(status.as_dict()) if as_json else show_mapping("server", status.as_dict())
+
+
+@server_app.command("status")
+def server_status(as_json: bool = JsonOpt) -> None:
+    """Is the embedded server running, and where."""
+    with handled(as_json):
+        status = _server().status()
+        emit(status.as_dict()) if as_json else show_mapping("server", status.as_dict())
+
+
+# -- pipelines ----------------------------------------------------------------
+
+@pipeline_app.command("create")
+def pipeline_create(name: str, language: str = typer.Option("english", help="Default text-search language."),
+                    fulltext: bool = typer.Option(True, "--fulltext/--no-fulltext"),
+                    chunk_size: int = typer.Option(1000, help="Target fragment size in characters."),
+                    as_json: bool = JsonOpt) -> None:
+    """Create a pipeline."""
+    with handled(as_json), connect() as client:
+        info = client.create_pipeline(name, language=language, fulltext=fulltext,
+                                      chunk_size=chunk_size)
+        emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
+
+
+@pipeline_app.command("list")
+def pipeline_list(as_json: bool = JsonOpt) -> None:
+    """List pipelines with their counts."""
+    with handled(as_json), connect() as client:
+        items = client.pipelines()
+        emit([p.model_dump() for p in items]) if as_json else show_pipelines(items)
+
+
+@pipeline_app.command("show")
+def pipeline_show(name: str, as_json: bool = JsonOpt) -> None:
+    """Show one pipeline."""
+    with handled(as_json), connect() as client:
+        info = client.pipeline(name)
+        emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name}", info.model_dump())
+
+
+# -- ingest -------------------------------------------------------------------
+
+@app.command()
+def ingest(pipeline: str, paths: list[Path] = typer.Argument(..., help="Files or folders: .txt .md .rst .jsonl[.gz]"),
+           id_field: str = "id", title_field: str = "title", text_field: str = "text",
+           metadata_field: str = "metadata", classification_field: str = "classification",
+           language_field: str = "language",
+           on_error: str = typer.Option("continue", help="continue | stop at the first failing document"),
+           as_json: bool = JsonOpt) -> None:
+    """Ingest documents: new content becomes a new version, unchanged content writes nothing."""
+    from .ingest.progress import ingest_with_progress
+
+    fields = FieldMap(id=id_field, title=title_field, text=text_field, metadata=metadata_field,
+                      classification=classification_field, language=language_field)
+    with handled(as_json):
+        if on_error not in ("continue", "stop"):
+            raise InvalidRequest("--on-error must be 'continue' or 'stop'")
+        with connect() as client:
+            report = ingest_with_progress(client, pipeline, paths, fields, on_error, quiet=as_json)
+        if as_json:
+            emit(report.as_dict())
+        else:
+            for failure in report.failed:
+                console.print(f"[red]failed[/red] {failure.source}: {failure.message}", soft_wrap=True)
+            console.print(f"added {report.added}, updated {report.updated}, unchanged "
+                          f"{report.unchanged}, failed {len(report.failed)}, "
+                          f"fragments written {report.fragments}"
+                          + (" (stopped at the first failure)" if report.stopped else ""))
+        if report.failed:
+            raise typer.Exit(1)
+
+
+# -- search -------------------------------------------------------------------
+
+def _request(query: str, type_: str, k: int, classification: Optional[str], filter_: Optional[str],
+             params: Optional[str], group_by: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": query, "type": type_, "group_by": group_by,
+                            "params": {**(parse_json_option(params, "params") or {}), "k": k}}
+    if classification is not None:
+        body["classification"] = classification
+    if filter_ is not None:
+        body["filters"] = parse_json_option(filter_, "filter")
+    return body
+
+
+@app.command()
+def search(pipeline: str, query: Optional[str] = typer.Argument(None),
+           type_: str = typer.Option("fulltext", "--type", "-t", help="Search type."),
+           k: int = typer.Option(5, "--k", "-k", help="Number of hits."),
+           classification: Optional[str] = typer.Option(None, help="Classifications held, comma-separated."),
+           filter_: Optional[str] = typer.Option(None, "--filter", help="Metadata filter as JSON."),
+           params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
+           group_by: str = typer.Option("fragment", help="fragment | document"),
+           queries: Optional[Path] = typer.Option(None, help="JSONL of {id, query}: prints NDJSON."),
+           as_json: bool = JsonOpt) -> None:
+    """Search a pipeline (one query, or a batch with --queries)."""
+    with handled(as_json or queries is not None), connect() as client:
+        if queries is not None:
+            _batch(client, pipeline, queries, type_, k, classification, filter_, params, group_by)
+            return
+        if query is None:
+            raise InvalidRequest("give a QUERY or --queries FILE")
+        response = client.engine.search(
+            pipeline, _request(query, type_, k, classification, filter_, params, group_by))
+        emit(response.model_dump(mode="json")) if as_json else show_search(response)
+
+
+def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
+           classification: Optional[str], filter_: Optional[str], params: Optional[str],
+           group_by: str) -> None:
+    from .evaluation import read_queries
+
+    for qid, text, _ in read_queries(path):
+        try:
+            response = client.engine.search(
+                pipeline, _request(text, type_, k, classification, filter_, params, group_by))
+            emit({**response.model_dump(mode="json"), "id": qid})
+        except (BackendUnavailable, BackendTimeout):
+            raise
+        except PgbraidError as exc:  # one bad line does not end the batch
+            emit({"id": qid, **error_body(exc)})
+
+
+@app.command("eval")
+def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typer.Option(...),
+             type_: str = typer.Option("fulltext", "--type", "-t"),
+             depth: int = typer.Option(100, help="Documents retrieved per query."),
+             params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
+             as_json: bool = JsonOpt) -> None:
+    """nDCG@10, R@100 and RR@10 of a search type against TREC/BEIR qrels (document level)."""
+    from .evaluation import evaluate as score, read_qrels, read_queries
+
+    with handled(as_json), connect() as client:
+        judgments = read_qrels(qrels)
+        run: dict[str, dict[str, float]] = {}
+        for qid, text, _ in read_queries(queries):
+            if qid not in judgments:
+                continue
+            response = client.engine.search(
+                pipeline, _request(text, type_, depth, None, None, params, "document"))
+            run[qid] = {hit.document_id: float(depth - hit.rank + 1) for hit in response.hits}
+        result = {"pipeline": pipeline, "type": type_, "queries": len(run), **score(judgments, run)}
+        emit(result) if as_json else show_mapping("evaluation", result)
+
+
+# -- documents ----------------------------------------------------------------
+
+@app.command()
+def document(pipeline: str, document_id: str, version: Optional[int] = None,
+             classification: Optional[str] = None, history: bool = typer.Option(False, help="List versions."),
+             as_json: bool = JsonOpt) -> None:
+    """Read a document by id: current, --version N, or --history."""
+    with handled(as_json), connect() as client:
+        if history:
+            body: Any = client.versions(pipeline, document_id)
+        else:
+            body = client.document(pipeline, document_id, version=version,
+                                   classification=classification)
+        if as_json:
+            emit(body)
+        elif history:
+            for row in body:
+                console.print(f"v{row['version']}  {row['valid_from']} → {row['valid_to'] or 'current'}")
+        else:
+            show_mapping(f"{document_id} v{body['version']}", {k: v for k, v in body.items() if k != "text"})
+            console.print(body["text"])
+
+
+@app.command()
+def demo() -> None:
+    """Create a pipeline from the bundled sample pages and run a few searches."""
+    from .demo import run
+
+    with handled(False), connect() as client:
+        run(client)
+
+
+def main() -> None:
+    app()

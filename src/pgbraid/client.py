@@ -1,0 +1,137 @@
+"""The composition root: ``connect()`` wires settings, server, database and engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+
+from . import documents, pipelines
+from .config import Settings
+from .db.database import Database
+from .db.server import EmbeddedServer
+from .engine import Engine
+from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
+from .ingest.writer import IngestReport, ingest
+from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
+from .strategies.base import Context
+
+
+class Client:
+    """A tenant's handle on pgbraid: pipelines, ingestion, search, document reads."""
+
+    def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None) -> None:
+        self.db = db
+        self.settings = settings
+        self.server = server
+        self.tenant = validate_name("tenant", settings.tenant)
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self.db.open()
+            context = Context(extensions=self.db.extensions, pgsearch=self.settings.pgsearch,
+                              age=self.settings.age)
+            self._engine = Engine(self.db, tenant=self.tenant, context=context,
+                                  max_query_chars=self.settings.max_query_chars,
+                                  max_k=self.settings.max_k)
+        return self._engine
+
+    def session(self):
+        return self.db.session(self.tenant)
+
+    # -- pipelines ------------------------------------------------------------
+
+    def create_pipeline(self, name: str, **options: Any) -> PipelineInfo:
+        with self.session() as conn:
+            return pipelines.info(conn, pipelines.create(conn, name, **options))
+
+    def pipelines(self) -> list[PipelineInfo]:
+        with self.session() as conn:
+            return [pipelines.info(conn, p) for p in pipelines.list_all(conn)]
+
+    def pipeline(self, name: str) -> PipelineInfo:
+        with self.session() as conn:
+            return pipelines.info(conn, pipelines.get(conn, name))
+
+    def define_classification(self, name: str, implies: Iterable[str] = ()) -> None:
+        """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal)."""
+        (name,) = parse_classifications([name])
+        implied = list(parse_classifications(list(implies))) if implies else []
+        with self.session() as conn:
+            conn.execute(
+                "INSERT INTO pgbraid.classifications (name, implies) VALUES (%s, %s)"
+                " ON CONFLICT (tenant_id, name) DO UPDATE SET implies = EXCLUDED.implies",
+                (name, implied))
+
+    # -- ingestion ------------------------------------------------------------
+
+    def ingest(self, pipeline: str, source: Iterable[Path | str] | Iterable[dict[str, Any]], *,
+               fields: FieldMap = FieldMap(), on_error: Literal["continue", "stop"] = "continue",
+               progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+        """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
+        with self.session() as conn:
+            target = pipelines.get(conn, pipeline)
+        return ingest(self.session, target, _items(source, fields), on_error=on_error,
+                      progress=progress)
+
+    # -- reads ----------------------------------------------------------------
+
+    def search(self, pipeline: str, query: str | None = None, **request: Any) -> SearchResponse:
+        body = dict(request)
+        if query is not None:
+            body["query"] = query
+        return self.engine.search(pipeline, body)
+
+    def document(self, pipeline: str, document_id: str, *, version: int | None = None,
+                 as_of=None, classification: Any = None) -> dict[str, Any]:
+        held = parse_classifications(classification)
+        with self.session() as conn:
+            from .scope import resolve_classifications
+
+            target = pipelines.get(conn, pipeline)
+            return documents.read(conn, target, document_id, version=version, as_of=as_of,
+                                  classifications=resolve_classifications(conn, held))
+
+    def versions(self, pipeline: str, document_id: str) -> list[dict[str, Any]]:
+        with self.session() as conn:
+            return documents.versions(conn, pipelines.get(conn, pipeline), document_id)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument | ReadError]:
+    paths: list[Path] = []
+    for item in source:
+        if isinstance(item, dict):
+            try:
+                yield document_from_record(item, fields, source=f"record {item.get(fields.id)!r}")
+            except Exception as exc:  # InvalidRequest: reported per record, not raised
+                yield ReadError(f"record {item.get(fields.id)!r}", getattr(exc, "message", str(exc)))
+        else:
+            paths.append(Path(item))
+    if paths:
+        yield from read(paths, fields)
+
+
+def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,
+            tenant: str | None = None, **overrides: Any) -> Client:
+    """Connect to ``dsn`` / ``PGBRAID_DSN``, or start (or attach to) the embedded server."""
+    values = {k: v for k, v in {"dsn": dsn, "data_dir": data_dir, "tenant": tenant,
+                                **overrides}.items() if v is not None}
+    settings = Settings(**values)
+    server = None
+    if settings.dsn:
+        target = settings.dsn
+    else:
+        server = EmbeddedServer(settings.resolved_data_dir())
+        target = server.start().dsn
+    db = Database(target, statement_timeout_ms=settings.statement_timeout_ms)
+    return Client(db, settings, server)

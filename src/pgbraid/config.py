@@ -1,0 +1,37 @@
+"""Settings, read from the environment (prefix ``PGBRAID_``). Imports nothing of ours."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    # The embedded wheel chmods every parent of the data dir so its system user
+    # can traverse them; as root that would open up /root, so root gets /var/lib.
+    if os.name == "posix" and os.geteuid() == 0:
+        return Path("/var/lib/pgbraid")
+    return Path(platformdirs.user_data_dir("pgbraid"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PGBRAID_", extra="ignore")
+
+    dsn: str | None = None
+    """An external PostgreSQL (with pgvector). When set, nothing is started."""
+    data_dir: Path | None = None
+    """Where the embedded server keeps its cluster (default: the user's data folder)."""
+    tenant: str = "default"
+    pgsearch: bool = False
+    """Opt in to ParadeDB pg_search for bm25 (used only when installed too)."""
+    age: bool = False
+    """Opt in to Apache AGE for graph (used only when installed too)."""
+    statement_timeout_ms: int = 30_000
+    max_query_chars: int = 10_000
+    max_k: int = 1_000
+
+    def resolved_data_dir(self) -> Path:
+        return (self.data_dir or default_data_dir()).expanduser().resolve()

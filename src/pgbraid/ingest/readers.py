@@ -1,0 +1,179 @@
+"""Read .txt/.md/.rst files and JSONL (optionally gzipped) into documents.
+
+Each item read is either a ``SourceDocument`` or a ``ReadError`` naming the file
+and line, so one bad line or file is reported without stopping the others.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..models import parse_classifications
+from ..errors import InvalidRequest
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
+MAX_DOCUMENT_CHARS = 5_000_000
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    id: str = "id"
+    title: str = "title"
+    text: str = "text"
+    metadata: str = "metadata"
+    classification: str = "classification"
+    language: str = "language"
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    id: str
+    text: str
+    title: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    classifications: tuple[str, ...] | None = None
+    language: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadError:
+    source: str
+    message: str
+
+
+def supported(path: Path) -> bool:
+    name = path.name.lower()
+    return name.endswith(TEXT_SUFFIXES) or name.endswith(JSONL_SUFFIXES)
+
+
+def expand(paths: list[Path]) -> Iterator[tuple[Path, Path] | ReadError]:
+    """(file, root) pairs for files and folders; folders are walked in sorted order."""
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(p for p in path.rglob("*") if p.is_file() and supported(p)):
+                yield child, path
+        elif path.is_file():
+            if supported(path):
+                yield path, path.parent
+            else:
+                yield ReadError(str(path), "unsupported file type (use .txt, .md, .rst or .jsonl[.gz])")
+        else:
+            yield ReadError(str(path), "no such file or folder")
+
+
+def read(paths: list[Path], fields: FieldMap = FieldMap()) -> Iterator[SourceDocument | ReadError]:
+    for item in expand(paths):
+        if isinstance(item, ReadError):
+            yield item
+            continue
+        path, root = item
+        if path.name.lower().endswith(JSONL_SUFFIXES):
+            yield from read_jsonl(path, fields)
+        else:
+            yield read_text_file(path, root)
+
+
+def read_text_file(path: Path, root: Path) -> SourceDocument | ReadError:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return ReadError(str(path), f"cannot read file: {exc.strerror or exc}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ReadError(str(path), f"invalid UTF-8 at byte {exc.start}")
+    if "\x00" in text:
+        return ReadError(str(path), "file contains NUL bytes")
+    if not text.strip():
+        return ReadError(str(path), "file is empty")
+    doc_id = path.relative_to(root).as_posix()
+    return SourceDocument(id=doc_id, text=text.removeprefix("\ufeff"), title=_first_title(text),
+                          metadata={"path": doc_id, "format": path.suffix.lstrip(".").lower()},
+                          source=str(path))
+
+
+def _first_title(text: str) -> str | None:
+    from .chunking import split_blocks
+
+    for block in split_blocks(text[:20_000]):
+        if block.heading:
+            return block.text[:300]
+    return None
+
+
+def read_jsonl(path: Path, fields: FieldMap) -> Iterator[SourceDocument | ReadError]:
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        handle = opener(path, "rb")
+        with handle:
+            for number, raw in enumerate(handle, start=1):
+                where = f"{path}:{number}"
+                if not raw.strip():
+                    continue
+                yield _parse_line(raw, where, fields)
+    except (OSError, EOFError) as exc:
+        yield ReadError(str(path), f"cannot read file: {getattr(exc, 'strerror', None) or exc}")
+
+
+def _parse_line(raw: bytes, where: str, fields: FieldMap) -> SourceDocument | ReadError:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ReadError(where, f"invalid UTF-8 at byte {exc.start}")
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return ReadError(where, f"malformed JSON: {exc.msg} (column {exc.colno})")
+    if not isinstance(record, dict):
+        return ReadError(where, "a line must be a JSON object")
+    try:
+        return document_from_record(record, fields, source=where)
+    except InvalidRequest as exc:
+        return ReadError(where, exc.message)
+
+
+def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), *,
+                         source: str | None = None) -> SourceDocument:
+    """Validate one JSONL/API record; unmapped top-level fields join the metadata."""
+    doc_id = record.get(fields.id)
+    if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+        doc_id = str(doc_id)
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise InvalidRequest(f"missing or empty id field {fields.id!r}", field=fields.id)
+    if len(doc_id) > 1000:
+        raise InvalidRequest("id is longer than 1000 characters", field=fields.id)
+    text = record.get(fields.text)
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"missing or empty text field {fields.text!r}", field=fields.text)
+    if "\x00" in text or "\x00" in doc_id:
+        raise InvalidRequest("text contains NUL bytes", field=fields.text)
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise InvalidRequest(f"text is longer than {MAX_DOCUMENT_CHARS} characters")
+    title = record.get(fields.title)
+    if title is not None and not isinstance(title, str):
+        raise InvalidRequest(f"title field {fields.title!r} must be a string", field=fields.title)
+    metadata = record.get(fields.metadata) or {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequest(f"metadata field {fields.metadata!r} must be an object")
+    known = {fields.id, fields.title, fields.text, fields.metadata, fields.classification,
+             fields.language}
+    extra = {k: v for k, v in record.items() if k not in known}
+    classification = record.get(fields.classification)
+    language = record.get(fields.language)
+    if language is not None and not isinstance(language, str):
+        raise InvalidRequest(f"language field {fields.language!r} must be a string")
+    return SourceDocument(
+        id=doc_id,
+        text=text,
+        title=title.replace("\x00", "") if title else None,
+        metadata={**extra, **metadata},
+        classifications=None if classification is None else parse_classifications(classification),
+        language=language,
+        source=source,
+    )

@@ -1,0 +1,68 @@
+"""Human-readable CLI output (rich). JSON output needs nothing here: it is the API body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .models import PipelineInfo, SearchResponse
+
+console = Console(highlight=False)
+
+
+def snippet(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def show_search(response: SearchResponse) -> None:
+    table = Table(title=f"{response.type} · {response.pipeline} · {response.query!r}",
+                  title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("document")
+    table.add_column("v", justify="right")
+    table.add_column("text")
+    for hit in response.hits:
+        label = hit.document_id + (f"\n[dim]{hit.title}[/dim]" if hit.title else "")
+        table.add_row(str(hit.rank), f"{hit.score:.4f}", label, str(hit.version),
+                      snippet(hit.page_content))
+    if response.hits:
+        console.print(table)
+    else:
+        console.print(f"[yellow]no hits[/yellow] for {response.query!r}")
+    show_trace(response)
+
+
+def show_trace(response: SearchResponse) -> None:
+    console.print(f"[bold]trace[/bold] ({response.trace.ms:.1f} ms)")
+    for entry in response.trace.retrievers:
+        reason = f" — {entry.reason}" if entry.reason else ""
+        console.print(f"  {entry.retriever}: {entry.status}, {entry.hits} hits, "
+                      f"{entry.ms:.1f} ms{reason}")
+        details = entry.details
+        if "tsquery" in details:
+            console.print(f"    tsquery ({details.get('config')}): {details['tsquery'] or '∅'}")
+        if details.get("explanation"):
+            console.print(f"    [yellow]{details['explanation']}[/yellow]")
+        if details.get("token_document_frequency"):
+            freq = ", ".join(f"{t}={n}" for t, n in details["token_document_frequency"].items())
+            console.print(f"    token document frequency: {freq}")
+
+
+def show_pipelines(items: list[PipelineInfo]) -> None:
+    table = Table(title="pipelines", title_justify="left")
+    for column in ("name", "language", "fulltext", "embedder", "documents", "fragments", "versions"):
+        table.add_column(column)
+    for p in items:
+        table.add_row(p.name, p.language, "yes" if p.fulltext else "no", p.embedder or "-",
+                      str(p.documents), str(p.fragments), str(p.versions))
+    console.print(table)
+
+
+def show_mapping(title: str, values: dict[str, Any]) -> None:
+    console.print(f"[bold]{title}[/bold]")
+    for key, value in values.items():
+        console.print(f"  {key}: {value}")

@@ -1,0 +1,78 @@
+"""Pipelines: named collections with their settings, owned by a tenant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from .errors import InvalidRequest, NotFound
+from .ingest.language import CONFIG_NAMES, config_for
+from .models import PipelineInfo, validate_name
+
+_COLUMNS = ("SELECT id, tenant_id AS tenant, name, fulltext, language::text AS language, embedder,"
+            " dimension, chunk_size, settings, created_at FROM pgbraid.pipelines")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    id: int
+    tenant: str
+    name: str
+    fulltext: bool
+    language: str
+    embedder: str | None
+    dimension: int | None
+    chunk_size: int
+    settings: dict[str, Any]
+    created_at: datetime
+
+
+def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, language: str = "english",
+           chunk_size: int = 1000, embedder: str | None = None) -> Pipeline:
+    validate_name("pipeline", name)
+    config = config_for(language)
+    if config is None:
+        raise InvalidRequest(
+            f"unknown language {language!r}; use one of {', '.join(sorted(CONFIG_NAMES))}",
+            field="language")
+    if not 200 <= chunk_size <= 20_000:
+        raise InvalidRequest("chunk_size must be between 200 and 20000 characters", field="chunk_size")
+    row = conn.execute(
+        "INSERT INTO pgbraid.pipelines (name, fulltext, language, chunk_size, embedder)"
+        " VALUES (%s, %s, %s::regconfig, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
+        " RETURNING id", (name, fulltext, config, chunk_size, embedder)).fetchone()
+    if row is None:
+        raise InvalidRequest(f"pipeline {name!r} already exists", field="name")
+    return get(conn, name)
+
+
+def get(conn: psycopg.Connection, name: str) -> Pipeline:
+    with conn.cursor(row_factory=class_row(Pipeline)) as cur:
+        pipeline = cur.execute(_COLUMNS + " WHERE name = %s", (name,)).fetchone()
+    if pipeline is None:
+        raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
+    return pipeline
+
+
+def list_all(conn: psycopg.Connection) -> list[Pipeline]:
+    with conn.cursor(row_factory=class_row(Pipeline)) as cur:
+        return cur.execute(_COLUMNS + " ORDER BY name").fetchall()
+
+
+def info(conn: psycopg.Connection, pipeline: Pipeline) -> PipelineInfo:
+    documents, versions, fragments = conn.execute(
+        "SELECT (SELECT count(*) FROM pgbraid.documents WHERE pipeline_id = %(p)s"
+        "          AND current_version IS NOT NULL),"
+        "       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d"
+        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s),"
+        "       (SELECT count(*) FROM pgbraid.fragments WHERE pipeline_id = %(p)s"
+        "          AND current AND NOT quarantined)", {"p": pipeline.id}).fetchone()
+    return PipelineInfo(
+        name=pipeline.name, tenant=pipeline.tenant, fulltext=pipeline.fulltext,
+        language=pipeline.language, embedder=pipeline.embedder, dimension=pipeline.dimension,
+        chunk_size=pipeline.chunk_size, created_at=pipeline.created_at.isoformat(),
+        documents=documents, versions=versions, fragments=fragments)

@@ -1,0 +1,187 @@
+"""The one place that decides which fragments a request may see.
+
+Every strategy's SQL takes its scope from ``Scope.where()``: pipeline, current
+version (or the version valid at ``as_of``), not quarantined, classifications
+(resolved through their hierarchy), and the metadata filter. Tenant isolation
+is enforced underneath by row-level security (see db/database.py).
+
+The filter language (JSON)::
+
+    {"year": 2020}                              equality (arrays: contains)
+    {"year": {"gte": 2000, "lt": 2010}}         operators, ANDed
+    {"tag": {"in": ["a", "b"]}}                 membership
+    {"and": [...]}, {"or": [...]}, {"not": {...}}
+    {"a.b": 1}                                  nested keys
+
+Conditions compile to ``metadata @? jsonpath`` with the value inside the
+jsonpath parameter, so the GIN ``jsonb_path_ops`` index serves equality.
+A missing key never equals anything, so ``ne`` / ``nin`` / ``not`` keep it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable
+
+import psycopg
+from psycopg import sql
+
+from .errors import InvalidRequest
+
+MAX_FILTER_DEPTH = 8
+MAX_FILTER_CONDITIONS = 64
+
+
+@dataclass(frozen=True)
+class Operator:
+    key: str
+    description: str
+    render: Callable[[str, Any], tuple[str, bool]]
+    """(jsonpath, negate) for a path and a value."""
+
+
+def _scalar(value: Any, op: str) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidRequest(f"filter value for {op!r} must be a finite number", field="filters")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return json.dumps(value, ensure_ascii=False)
+    raise InvalidRequest(f"filter value for {op!r} must be a string, number, boolean or null",
+                         field="filters")
+
+
+def _compare(symbol: str, negate: bool = False) -> Callable[[str, Any], tuple[str, bool]]:
+    def render(path: str, value: Any) -> tuple[str, bool]:
+        return f"{path} ? (@ {symbol} {_scalar(value, symbol)})", negate
+    return render
+
+
+def _member(negate: bool) -> Callable[[str, Any], tuple[str, bool]]:
+    def render(path: str, values: Any) -> tuple[str, bool]:
+        if not isinstance(values, list) or not values or len(values) > 1000:
+            raise InvalidRequest("'in' and 'nin' take a list of 1 to 1000 values", field="filters")
+        alternatives = " || ".join(f"@ == {_scalar(v, 'in')}" for v in values)
+        return f"{path} ? ({alternatives})", negate
+    return render
+
+
+def _exists(path: str, value: Any) -> tuple[str, bool]:
+    if not isinstance(value, bool):
+        raise InvalidRequest("'exists' takes true or false", field="filters")
+    return path, not value
+
+
+OPERATORS: dict[str, Operator] = {op.key: op for op in [
+    Operator("eq", "equal to the value (for arrays: contains it)", _compare("==")),
+    Operator("ne", "not equal, or the key is missing", _compare("==", negate=True)),
+    Operator("gt", "greater than", _compare(">")),
+    Operator("gte", "greater than or equal", _compare(">=")),
+    Operator("lt", "less than", _compare("<")),
+    Operator("lte", "less than or equal", _compare("<=")),
+    Operator("in", "equal to one of a list", _member(negate=False)),
+    Operator("nin", "equal to none of a list, or missing", _member(negate=True)),
+    Operator("exists", "the key is present (true) or absent (false)", _exists),
+]}
+
+
+def _path(key: str) -> str:
+    parts = key.split(".")
+    if not key or any(not p for p in parts) or len(key) > 200:
+        raise InvalidRequest(f"invalid filter key {key!r}", field="filters")
+    return "$" + "".join("." + json.dumps(part, ensure_ascii=False) for part in parts)
+
+
+class FilterCompiler:
+    def __init__(self, column: sql.Composable) -> None:
+        self.column = column
+        self.params: dict[str, str] = {}
+
+    def compile(self, node: Any, depth: int = 0) -> sql.Composable:
+        if depth > MAX_FILTER_DEPTH:
+            raise InvalidRequest(f"filter nests deeper than {MAX_FILTER_DEPTH} levels", field="filters")
+        if not isinstance(node, dict) or not node:
+            raise InvalidRequest("a filter must be a non-empty JSON object", field="filters")
+        parts = [self._entry(key, value, depth) for key, value in node.items()]
+        return parts[0] if len(parts) == 1 else sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
+
+    def _entry(self, key: str, value: Any, depth: int) -> sql.Composable:
+        if key in ("and", "or"):
+            if not isinstance(value, list) or not value:
+                raise InvalidRequest(f"{key!r} takes a non-empty list of filters", field="filters")
+            joiner = sql.SQL(" AND " if key == "and" else " OR ")
+            return sql.SQL("({})").format(joiner.join(self.compile(v, depth + 1) for v in value))
+        if key == "not":
+            return sql.SQL("NOT {}").format(self.compile(value, depth + 1))
+        path = _path(key)
+        if isinstance(value, dict):
+            if not value:
+                raise InvalidRequest(f"no operator given for {key!r}", field="filters")
+            conditions = [self._condition(path, op, arg) for op, arg in value.items()]
+            return conditions[0] if len(conditions) == 1 else sql.SQL("({})").format(
+                sql.SQL(" AND ").join(conditions))
+        return self._condition(path, "eq", value)
+
+    def _condition(self, path: str, op: str, value: Any) -> sql.Composable:
+        operator = OPERATORS.get(op)
+        if operator is None:
+            raise InvalidRequest(
+                f"unknown filter operator {op!r}; use one of {', '.join(OPERATORS)}, "
+                "or and/or/not", field="filters")
+        if len(self.params) >= MAX_FILTER_CONDITIONS:
+            raise InvalidRequest(f"a filter may hold at most {MAX_FILTER_CONDITIONS} conditions",
+                                 field="filters")
+        jsonpath, negate = operator.render(path, value)
+        name = f"scope_filter_{len(self.params)}"
+        self.params[name] = jsonpath
+        condition = sql.SQL("{} @? {}::jsonpath").format(self.column, sql.Placeholder(name))
+        return sql.SQL("NOT ({})").format(condition) if negate else condition
+
+
+def resolve_classifications(conn: psycopg.Connection, held: tuple[str, ...]) -> tuple[str, ...]:
+    """The held classifications plus everything they imply, transitively."""
+    row = conn.execute(
+        "WITH RECURSIVE r(name) AS (SELECT unnest(%s::text[])"
+        " UNION SELECT unnest(c.implies) FROM pgbraid.classifications c JOIN r ON c.name = r.name)"
+        " SELECT array_agg(name ORDER BY name) FROM r", (list(held),)).fetchone()
+    return tuple(row[0] or ())
+
+
+@dataclass(frozen=True)
+class Scope:
+    pipeline_id: int
+    classifications: tuple[str, ...]
+    filters: dict[str, Any] | None = None
+    as_of: datetime | None = None
+
+    def where(self, alias: str = "f") -> tuple[sql.Composable, dict[str, Any]]:
+        """(WHERE condition over fragment alias, named parameters)."""
+        f = sql.Identifier(alias)
+        params: dict[str, Any] = {
+            "scope_pipeline": self.pipeline_id,
+            "scope_classifications": list(self.classifications),
+        }
+        parts: list[sql.Composable] = [
+            sql.SQL("{}.pipeline_id = %(scope_pipeline)s").format(f),
+            sql.SQL("NOT {}.quarantined").format(f),
+            sql.SQL("{}.classifications && %(scope_classifications)s::text[]").format(f),
+        ]
+        if self.as_of is None:
+            parts.insert(1, sql.SQL("{}.current").format(f))
+        else:
+            params["scope_as_of"] = self.as_of
+            parts.insert(1, sql.SQL(
+                "{}.version_id IN (SELECT id FROM pgbraid.versions WHERE valid_from <= %(scope_as_of)s"
+                " AND (valid_to IS NULL OR valid_to > %(scope_as_of)s))").format(f))
+        if self.filters:
+            compiler = FilterCompiler(sql.SQL("{}.metadata").format(f))
+            parts.append(compiler.compile(self.filters))
+            params.update(compiler.params)
+        return sql.SQL(" AND ").join(parts), params
+
+
+def validate_filters(filters: Any) -> None:
+    """Compile once without a database to reject a bad filter before any statement is sent."""
+    if filters is not None:
+        FilterCompiler(sql.SQL("metadata")).compile(filters)

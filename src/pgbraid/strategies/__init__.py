@@ -1,0 +1,21 @@
+"""The strategy registry: adding a strategy is one module and one line here."""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequest
+from .base import Strategy
+from .fulltext import FullText
+
+REGISTRY: dict[str, Strategy] = {s.name: s for s in [
+    FullText(),
+]}
+ALIASES: dict[str, str] = {}
+
+
+def get(name: str) -> Strategy:
+    key = ALIASES.get(name, name)
+    strategy = REGISTRY.get(key)
+    if strategy is None:
+        known = ", ".join(sorted([*REGISTRY, *ALIASES]))
+        raise InvalidRequest(f"unknown search type {name!r}; use one of: {known}", field="type")
+    return strategy

@@ -1,0 +1,68 @@
+"""The Strategy interface every retriever implements.
+
+A strategy is small: SQL at the top of its module, ``unavailable()`` (a pure
+check that sends nothing to PostgreSQL), ``validate()`` for its params, and
+``run()`` which takes the request and the scope and returns ranked rows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import psycopg
+
+from ..models import SearchRequest
+from ..pipelines import Pipeline
+from ..scope import Scope
+
+# Every strategy returns rows of these columns, best first.
+HIT_COLUMNS = """
+    f.id AS fragment_id, d.external_id AS document_id, v.version, v.title, f.body,
+    f.metadata, f.classifications, f.language
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    fragment_id: int
+    document_id: str
+    version: int
+    title: str | None
+    body: str
+    metadata: dict[str, Any]
+    classifications: list[str]
+    language: str
+    score: float
+
+
+@dataclass
+class Outcome:
+    rows: list[Row]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a strategy may know besides the request: settings-level facts."""
+
+    extensions: frozenset[str] = frozenset()
+    pgsearch: bool = False
+    age: bool = False
+
+
+class Strategy(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
+        """Why this strategy cannot run on this pipeline, or None. Sends nothing."""
+        return None
+
+    def validate(self, request: SearchRequest) -> None:
+        """Raise InvalidRequest for bad params. Sends nothing."""
+
+    @abstractmethod
+    def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
+            scope: Scope, k: int) -> Outcome: ...

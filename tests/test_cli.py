@@ -1,0 +1,122 @@
+"""The CLI: exit codes, the one error shape, batch NDJSON, eval, and the demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pgbraid.cli import app
+from pgbraid.evaluation import evaluate
+
+runner = CliRunner()
+
+
+def run(env, *args):
+    return runner.invoke(app, list(args), env=env)
+
+
+@pytest.fixture()
+def cli_pipeline(env, pipeline, client):
+    client.ingest(pipeline, [
+        {"id": "d1", "title": "Pumps", "text": "centrifugal pump maintenance guide"},
+        {"id": "d2", "title": "Valves", "text": "valve maintenance and inspection"},
+        {"id": "d3", "title": "Boilers", "text": "boiler water treatment"}])
+    return pipeline
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["search", "nope-missing", "x"], "does not exist"),
+    (["search", "{p}", ""], "must not be empty"),
+    (["search", "{p}", "x" * 10_001], "limit is 10000"),
+    (["search", "{p}", "x", "--k", "-1"], "params.k"),
+    (["search", "{p}", "x", "--k", "100000"], "params.k"),
+    (["search", "{p}", "x", "--filter", "{not json"], "not valid JSON"),
+    (["search", "{p}", "x", "--classification", "Bad Name"], "classification"),
+    (["search", "{p}", "x", "--type", "warp"], "unknown search type"),
+    (["search", "{p}", "x\x00y"], "NUL"),
+])
+def test_bad_input_is_one_error_shape_and_exit_2(env, cli_pipeline, args, fragment):
+    args = [a.replace("{p}", cli_pipeline) for a in args]
+    result = run(env, *args, "--json")
+    assert result.exit_code == 2, result.stdout
+    body = json.loads(result.stdout)
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
+    assert fragment in body["error"]["message"]
+    human = run(env, *args)
+    assert human.exit_code == 2 and "error:" in human.stdout and len(human.stdout.splitlines()) <= 3
+
+
+def test_search_human_output_is_a_table_with_trace(env, cli_pipeline):
+    result = run(env, "search", cli_pipeline, "maintenance")
+    assert result.exit_code == 0
+    assert "d1" in result.stdout and "trace" in result.stdout and "fulltext: ran, 2 hits" in result.stdout
+
+
+def test_batch_mode_prints_one_json_line_per_query(env, cli_pipeline, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "q1", "query": "pump"}\n{"id": 2, "query": "boiler water"}\n'
+                       '{"id": "q3", "query": ""}\n')
+    result = run(env, "search", cli_pipeline, "--queries", str(queries), "--k", "2")
+    assert result.exit_code == 0, result.stdout
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["id"] for line in lines] == ["q1", "2", "q3"]
+    assert lines[0]["hits"][0]["document_id"] == "d1"
+    assert lines[1]["hits"][0]["document_id"] == "d3"
+    assert lines[2]["error"]["code"] == "invalid_request"
+
+
+def test_eval_prints_the_measures(env, cli_pipeline, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "1", "text": "pump maintenance"}\n{"_id": "2", "text": "boiler"}\n'
+                       '{"_id": "3", "text": "unjudged"}\n')
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n1\td1\t1\n2\td2\t1\n")
+    result = run(env, "eval", cli_pipeline, "--queries", str(queries), "--qrels", str(qrels), "--json")
+    assert result.exit_code == 0, result.stdout
+    body = json.loads(result.stdout)
+    # q1 finds d1 at rank 1; q2 ("boiler") finds only d3, never the judged d2.
+    assert body["queries"] == 2
+    assert body["RR@10"] == pytest.approx(0.5) and body["nDCG@10"] == pytest.approx(0.5)
+
+
+def test_evaluate_matches_hand_computed_values():
+    qrels = {"q": {"a": 1, "b": 1}}
+    perfect = evaluate(qrels, {"q": {"a": 2.0, "b": 1.0, "c": 0.5}})
+    assert perfect["nDCG@10"] == pytest.approx(1.0) and perfect["R@100"] == 1.0
+    late = evaluate(qrels, {"q": {"c": 3.0, "a": 2.0}})
+    # DCG = 1/log2(3); IDCG = 1 + 1/log2(3)
+    assert late["nDCG@10"] == pytest.approx(0.6309 / 1.6309, abs=1e-4)
+    assert late["RR@10"] == pytest.approx(0.5) and late["R@100"] == pytest.approx(0.5)
+
+
+def test_ingest_reports_failures_and_exit_code(env, pipeline, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "1", "text": "ok"}\n{"text": "no id"}\n')
+    result = run(env, "ingest", pipeline, str(path), "--json")
+    body = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.exit_code == 1 and body["added"] == 1 and len(body["failed"]) == 1
+    assert body["failed"][0]["source"].endswith("c.jsonl:2")
+
+
+def test_pipeline_commands(env):
+    created = run(env, "pipeline", "create", "cli-made", "--language", "german", "--json")
+    assert created.exit_code == 0 and json.loads(created.stdout)["language"] == "german"
+    again = run(env, "pipeline", "create", "cli-made", "--json")
+    assert again.exit_code == 2 and "already exists" in json.loads(again.stdout)["error"]["message"]
+    listed = json.loads(run(env, "pipeline", "list", "--json").stdout)
+    assert "cli-made" in {p["name"] for p in listed}
+    bad = run(env, "pipeline", "create", "x", "--language", "elvish", "--json")
+    assert bad.exit_code == 2
+
+
+def test_demo_runs_and_explains(env):
+    result = run(env, "demo")
+    assert result.exit_code == 0, result.stdout
+    out = result.stdout
+    assert "credential-rotation.md" in out and "datensicherung.md" in out
+    assert "tsquery (german)" in out
+    assert "no fragment in scope contains invoic" in out
+    again = run(env, "demo")
+    assert "unchanged 6" in again.stdout

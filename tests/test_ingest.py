@@ -1,0 +1,133 @@
+"""Ingestion: formats, chunking, languages, versions, and failures that write nothing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from pgbraid import FieldMap
+from pgbraid.ingest.chunking import chunk
+from pgbraid.ingest.language import detect
+
+from .conftest import shared
+
+
+def _player_page() -> str:
+    with gzip.open(shared("godot_docs", "godot_docs_rst.jsonl.gz"), "rt") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["path"].endswith("03.coding_the_player.rst"):
+                return record["text"]
+    raise AssertionError("page missing")
+
+
+def test_rst_code_blocks_stay_whole():
+    chunks = chunk(_player_page(), target=1000)
+    texts = [c.text for c in chunks]
+    # The whole _process body (GDScript and C# tabs) is one directive block: one fragment.
+    holder = [t for t in texts if "func _process(delta):" in t]
+    assert len(holder) == 1
+    assert "velocity = velocity.normalized() * speed" in holder[0]
+    assert "$AnimatedSprite2D.play()" in holder[0]
+    # No fragment starts in the middle of an indented code block.
+    assert all(not t.startswith((" ", "\t")) for t in texts)
+    assert all(len(t) <= 2000 + 2 for t in texts)
+    assert {c.section for c in chunks} >= {"Coding the player", "Choosing animations"}
+
+
+def test_markdown_fences_are_not_split():
+    code = "```python\n" + "\n".join(f"x{i} = {i}" for i in range(40)) + "\n\nprint(x1)\n```"
+    text = "# Title\n\nIntro paragraph.\n\n" + code + "\n\nAfter the code.\n"
+    chunks = chunk(text, target=200)
+    assert any(code in c.text for c in chunks)
+
+
+def test_language_detection_picks_the_configuration():
+    assert detect("Eine Sicherung, die nie zurückgespielt wurde, ist nur eine Hoffnung.",
+                  default="english") == "german"
+    assert detect("日本語のテキストを検索します", default="english") == "simple"
+    assert detect("AnimatedSprite2D", default="english") == "english"  # too short: default
+
+
+def test_fragments_carry_their_detected_language(client, pipeline):
+    report = client.ingest(pipeline, [
+        {"id": "de", "text": "Erstellen Sie jede Nacht eine Basissicherung und archivieren Sie "
+                             "die Transaktionsprotokolle fortlaufend."},
+        {"id": "en", "text": "Take a base backup every night and archive the write-ahead log."}])
+    assert report.added == 2
+    hit = client.search(pipeline, "Wie erstelle ich jede Nacht eine Basissicherung?", params={"k": 1}).hits[0]
+    assert hit.document_id == "de" and hit.language == "german"
+
+
+def test_reingest_changed_text_makes_a_new_current_version(client, pipeline):
+    client.ingest(pipeline, [{"id": "doc", "title": "Ops", "text": "The reactor uses graphite rods."}])
+    first = client.search(pipeline, "graphite").hits
+    assert [h.version for h in first] == [1]
+
+    unchanged = client.ingest(pipeline, [{"id": "doc", "title": "Ops",
+                                          "text": "The reactor uses graphite rods."}])
+    assert (unchanged.unchanged, unchanged.updated, unchanged.fragments) == (1, 0, 0)
+
+    changed = client.ingest(pipeline, [{"id": "doc", "title": "Ops",
+                                        "text": "The reactor uses boron control rods."}])
+    assert changed.updated == 1
+    assert client.search(pipeline, "graphite").hits == ()
+    (hit,) = client.search(pipeline, "boron").hits
+    assert hit.version == 2
+    old = client.document(pipeline, "doc", version=1)
+    assert old["text"] == "The reactor uses graphite rods." and old["current"] is False
+    assert old["valid_to"] is not None
+    assert client.document(pipeline, "doc")["version"] == 2
+    assert [v["version"] for v in client.versions(pipeline, "doc")] == [1, 2]
+
+
+def test_a_document_failing_mid_write_leaves_nothing(client, pipeline):
+    # jsonb rejects \u0000: the version insert fails after the document row was written.
+    report = client.ingest(pipeline, [
+        {"id": "good-1", "text": "alpha beta"},
+        {"id": "bad", "text": "gamma delta", "metadata": {"note": "nul \u0000 here"}},
+        {"id": "good-2", "text": "epsilon zeta"}])
+    assert (report.added, len(report.failed)) == (2, 1)
+    assert "bad" in report.failed[0].source
+    with client.session() as conn:
+        ids = {r[0] for r in conn.execute(
+            "SELECT d.external_id FROM pgbraid.documents d JOIN pgbraid.pipelines p"
+            " ON p.id = d.pipeline_id WHERE p.name = %s", (pipeline,))}
+    assert ids == {"good-1", "good-2"}
+
+
+def test_on_error_stop_keeps_what_came_before(client, pipeline):
+    report = client.ingest(pipeline, [{"id": "a", "text": "one"}, {"text": "no id"},
+                                      {"id": "c", "text": "three"}], on_error="stop")
+    assert report.stopped and report.added == 1 and len(report.failed) == 1
+    assert client.pipeline(pipeline).documents == 1
+
+
+def test_jsonl_field_mapping_and_bad_lines(client, pipeline, tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'{"_id": "1", "title": "T", "text": "first text", "source": "x"}\n'
+                     b'{"title": "no id", "text": "lost"}\n'
+                     b'not json\n'
+                     b'{"_id": "4", "text": "\xff\xfe broken"}\n'
+                     b'{"_id": "5", "text": "fifth text", "language": "klingon"}\n')
+    report = client.ingest(pipeline, [path], fields=FieldMap(id="_id"))
+    assert report.added == 1
+    messages = {f.source.rsplit(":", 1)[1]: f.message for f in report.failed}
+    assert set(messages) == {"2", "3", "4", "5"}
+    assert "id" in messages["2"] and "JSON" in messages["3"] and "UTF-8" in messages["4"]
+    assert "language" in messages["5"]
+    (hit,) = client.search(pipeline, "first").hits
+    assert hit.metadata == {"source": "x"}
+
+
+def test_text_files_and_folders(client, pipeline, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Alpha page\n\nAbout turbines.\n")
+    (tmp_path / "docs" / "b.rst").write_text("Beta page\n=========\n\nAbout compressors.\n")
+    (tmp_path / "docs" / "bad.txt").write_bytes(b"\xc3\x28 invalid")
+    (tmp_path / "docs" / "skip.png").write_bytes(b"\x89PNG")
+    report = client.ingest(pipeline, [tmp_path / "docs", tmp_path / "missing.txt"])
+    assert report.added == 2
+    assert {f.message for f in report.failed} == {"invalid UTF-8 at byte 0", "no such file or folder"}
+    (hit,) = client.search(pipeline, "turbines").hits
+    assert (hit.document_id, hit.title) == ("a.md", "Alpha page")
