@@ -11,7 +11,9 @@ import pytest
 import pgbraid
 from pgbraid.db.server import EmbeddedServer
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The shared corpora sit beside the checkout (../shared/data); PGBRAID_SHARED_DATA overrides.
+DATA = Path(os.environ.get("PGBRAID_SHARED_DATA")
+            or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 
 def pytest_configure(config):
