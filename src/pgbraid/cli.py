@@ -106,6 +106,14 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
 
 
+@pipeline_app.command("delete")
+def pipeline_delete(name: str, as_json: bool = JsonOpt) -> None:
+    """Delete a pipeline and everything in it."""
+    with handled(as_json), connect() as client:
+        client.delete_pipeline(name)
+        emit({"deleted": name}) if as_json else console.print(f"pipeline {name} deleted")
+
+
 @pipeline_app.command("list")
 def pipeline_list(as_json: bool = JsonOpt) -> None:
     """List pipelines with their counts."""

@@ -16,6 +16,9 @@ from .models import PipelineInfo, SearchResponse, parse_classifications, validat
 from .strategies.base import Context
 
 
+ANALYZE_AFTER = 1_000
+
+
 class Client:
     """A tenant's handle on pgbraid: pipelines, ingestion, search, document reads."""
 
@@ -29,9 +32,7 @@ class Client:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self.db.open()
-            context = Context(extensions=self.db.extensions, pgsearch=self.settings.pgsearch,
-                              age=self.settings.age)
+            context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age)
             self._engine = Engine(self.db, tenant=self.tenant, context=context,
                                   max_query_chars=self.settings.max_query_chars,
                                   max_k=self.settings.max_k)
@@ -45,6 +46,10 @@ class Client:
     def create_pipeline(self, name: str, **options: Any) -> PipelineInfo:
         with self.session() as conn:
             return pipelines.info(conn, pipelines.create(conn, name, **options))
+
+    def delete_pipeline(self, name: str) -> None:
+        with self.session() as conn:
+            pipelines.delete(conn, name)
 
     def pipelines(self) -> list[PipelineInfo]:
         with self.session() as conn:
@@ -72,8 +77,14 @@ class Client:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         with self.session() as conn:
             target = pipelines.get(conn, pipeline)
-        return ingest(self.session, target, _items(source, fields), on_error=on_error,
-                      progress=progress)
+        report = ingest(self.session, target, _items(source, fields), on_error=on_error,
+                        progress=progress)
+        if report.fragments >= ANALYZE_AFTER:
+            # Fresh planner statistics, so searches right after a bulk load plan well.
+            with self.db.admin() as conn:
+                conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
+                             " pgbraid.bm25_terms, pgbraid.bm25_postings")
+        return report
 
     # -- reads ----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ from .db.database import Database
 from .errors import NotEnabled
 from .models import Hit, SearchRequest, SearchResponse, Trace, TraceEntry, parse_search_request
 from .scope import Scope, resolve_classifications, validate_filters
-from .strategies.base import Context, Outcome, Row
+from .strategies.base import Context, Outcome, Row, Strategy
 
 GROUP_OVERFETCH = 4
 MAX_GROUP_DEPTH = 20_000
@@ -28,54 +29,58 @@ class Engine:
         self.max_k = max_k
 
     def parse(self, body: dict[str, Any] | SearchRequest) -> SearchRequest:
+        """Validate everything that needs no database: shape, params, filters, opt-in gates."""
         if isinstance(body, SearchRequest):
             body = body.model_dump()
         request = parse_search_request(body, max_query_chars=self.max_query_chars, max_k=self.max_k)
-        strategies.get(request.type).validate(request)
+        strategies.get(request.type).validate(request, self.context)
         validate_filters(request.filters)
         return request
 
-    def search(self, pipeline_name: str, body: dict[str, Any] | SearchRequest, *,
-               conn: psycopg.Connection | None = None) -> SearchResponse:
-        """Validate everything before any statement, then run in one tenant session."""
+    def search(self, pipeline_name: str, body: dict[str, Any] | SearchRequest) -> SearchResponse:
         request = self.parse(body)
-        if conn is not None:
-            return self._search(conn, pipeline_name, request)
-        with self.db.session(self.tenant) as session:
-            return self._search(session, pipeline_name, request)
-
-    def _search(self, conn: psycopg.Connection, pipeline_name: str,
-                request: SearchRequest) -> SearchResponse:
-        started = time.perf_counter()
         strategy = strategies.get(request.type)
+        if not strategy.touches_database:
+            return self._respond(pipeline_name, request, strategy, strategy.run(
+                None, None, request, None, request.k, self.context), [], 0.0, time.perf_counter())
+        with self.db.session(self.tenant) as conn:
+            return self._search(conn, pipeline_name, request, strategy)
+
+    def _search(self, conn: psycopg.Connection, pipeline_name: str, request: SearchRequest,
+                strategy: Strategy) -> SearchResponse:
+        started = time.perf_counter()
+        context = dataclasses.replace(self.context, extensions=self.db.extensions)
         pipeline = pipelines.get(conn, pipeline_name)
-        reason = strategy.unavailable(pipeline, self.context)
+        reason = strategy.unavailable(pipeline, context)
         if reason:
             raise NotEnabled(f"{strategy.name} is not enabled: {reason}", strategy=strategy.name)
         scope = Scope(pipeline.id, resolve_classifications(conn, request.classification),
                       request.filters)
         ran = time.perf_counter()
-        outcome, rows = self._run(conn, strategy, pipeline, request, scope)
+        outcome, rows = self._run(conn, strategy, pipeline, request, scope, context)
         ms = (time.perf_counter() - ran) * 1000
-        entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(outcome.rows),
+        return self._respond(pipeline.name, request, strategy, outcome, rows, ms, started)
+
+    def _respond(self, pipeline: str, request: SearchRequest, strategy: Strategy, outcome: Outcome,
+                 rows: list[Row], ms: float, started: float) -> SearchResponse:
+        entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(rows),
                            ms=round(ms, 3), details=outcome.details)
         return SearchResponse(
-            pipeline=pipeline.name, query=request.query, type=request.type,
+            pipeline=pipeline, query=request.query, type=request.type,
             hits=tuple(_hit(row, rank) for rank, row in enumerate(rows, start=1)),
-            trace=Trace(retrievers=(entry,),
-                        ms=round((time.perf_counter() - started) * 1000, 3)))
+            trace=Trace(retrievers=(entry,), ms=round((time.perf_counter() - started) * 1000, 3)))
 
-    def _run(self, conn, strategy, pipeline, request, scope) -> tuple[Outcome, list[Row]]:
+    def _run(self, conn, strategy, pipeline, request, scope, context) -> tuple[Outcome, list[Row]]:
         """Run the strategy; grouped by document, deepen until k documents or exhaustion."""
         k = request.k
         if k == 0:
             return Outcome([]), []
         if request.group_by != "document":
-            outcome = strategy.run(conn, pipeline, request, scope, k)
+            outcome = strategy.run(conn, pipeline, request, scope, k, context)
             return outcome, outcome.rows[:k]
         depth = k * GROUP_OVERFETCH
         while True:
-            outcome = strategy.run(conn, pipeline, request, scope, depth)
+            outcome = strategy.run(conn, pipeline, request, scope, depth, context)
             rows = _group(outcome.rows, k)
             if len(rows) >= k or len(outcome.rows) < depth or depth >= MAX_GROUP_DEPTH:
                 return outcome, rows
@@ -97,4 +102,5 @@ def _hit(row: Row, rank: int) -> Hit:
     return Hit(document_id=row.document_id, fragment_id=row.fragment_id, version=row.version,
                title=row.title, page_content=row.body, score=float(row.score), rank=rank,
                metadata=row.metadata, classifications=tuple(row.classifications),
-               language=row.language)
+               language=row.language,
+               matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None)

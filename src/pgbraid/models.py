@@ -130,6 +130,7 @@ class Hit(Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     classifications: tuple[str, ...] = ()
     language: str | None = None
+    matched_terms: tuple[str, ...] | None = None
     found_by: tuple[StrategyRank, ...] = ()
 
 

@@ -47,6 +47,7 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
         " RETURNING id", (name, fulltext, config, chunk_size, embedder)).fetchone()
     if row is None:
         raise InvalidRequest(f"pipeline {name!r} already exists", field="name")
+    conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s)", (row[0],))
     return get(conn, name)
 
 
@@ -56,6 +57,12 @@ def get(conn: psycopg.Connection, name: str) -> Pipeline:
     if pipeline is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
     return pipeline
+
+
+def delete(conn: psycopg.Connection, name: str) -> None:
+    """Delete a pipeline with its documents, versions, fragments and index data."""
+    pipeline = get(conn, name)
+    conn.execute("DELETE FROM pgbraid.pipelines WHERE id = %s", (pipeline.id,))
 
 
 def list_all(conn: psycopg.Connection) -> list[Pipeline]:

@@ -163,7 +163,7 @@ class Scope:
             "scope_classifications": list(self.classifications),
         }
         parts: list[sql.Composable] = [
-            sql.SQL("{}.pipeline_id = %(scope_pipeline)s").format(f),
+            sql.SQL("{}.pipeline_id = %(scope_pipeline)s::bigint").format(f),
             sql.SQL("NOT {}.quarantined").format(f),
             sql.SQL("{}.classifications && %(scope_classifications)s::text[]").format(f),
         ]

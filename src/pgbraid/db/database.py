@@ -36,7 +36,9 @@ class Database:
             self.dsn,
             min_size=1,
             max_size=self._max_size,
-            kwargs={"autocommit": True, "prepare_threshold": None},
+            # Every planner or session setting is SET LOCAL inside the transaction, so
+            # server-side prepared statements (after 5 runs) are safe and save planning.
+            kwargs={"autocommit": True},
             open=False,
             name="pgbraid",
         )

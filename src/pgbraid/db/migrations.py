@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 MIGRATION_LOCK = 0x70676272  # 'pgbr': serialises concurrent connects
-OPTIONAL_EXTENSIONS = ("vector", "pg_trgm", "unaccent", "fuzzystrmatch")
+OPTIONAL_EXTENSIONS = ("vector", "pg_trgm", "btree_gin", "unaccent", "fuzzystrmatch")
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 # Row-level security evaluates a policy before any non-LEAKPROOF user condition,
@@ -23,6 +23,8 @@ LEAKPROOF_FUNCTIONS = (
     "pg_catalog.ts_match_vq(tsvector, tsquery)",
     "pg_catalog.arrayoverlap(anyarray, anyarray)",
     "pg_catalog.jsonb_path_exists_opr(jsonb, jsonpath)",
+    "similarity_op(text, text)",                    # pg_trgm %
+    "word_similarity_commutator_op(text, text)",    # pg_trgm %>
 )
 
 
@@ -48,7 +50,6 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             " version integer PRIMARY KEY, name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        _declare_leakproof(conn)
         done = {row[0] for row in conn.execute("SELECT version FROM pgbraid.schema_migrations")}
         for version, name, text in migration_files():
             if version in done:
@@ -59,6 +60,7 @@ def migrate(conn: psycopg.Connection) -> list[str]:
                 (version, name),
             )
             applied.append(name)
+        _declare_leakproof(conn)
     return applied
 
 
@@ -81,11 +83,28 @@ def _create_extensions(conn: psycopg.Connection) -> None:
         except psycopg.errors.InsufficientPrivilege:
             pass  # an external server whose owner did not install it: strategies say so
 
+# pg_trgm declares its similarity functions with COST 1, so the planner prefers
+# to compute word_similarity over every row of a pipeline (measured: 1 s seq scan
+# over the Godot and company-name pipelines) to the GIN index (5 ms). Their real
+# cost is that of comparing trigram sets.
+PLANNER_COSTS = (
+    ("similarity(text, text)", 200),
+    ("word_similarity(text, text)", 200),
+    ("similarity_op(text, text)", 200),
+    ("word_similarity_commutator_op(text, text)", 200),
+)
+
 
 def _declare_leakproof(conn: psycopg.Connection) -> None:
     superuser = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
     if not (superuser and superuser[0]):
         return
+    for signature, cost in PLANNER_COSTS:
+        found = conn.execute("SELECT procost FROM pg_proc WHERE oid = to_regprocedure(%s)",
+                             (signature,)).fetchone()
+        if found and found[0] < cost:
+            conn.execute(sql.SQL("ALTER FUNCTION {} COST {}").format(sql.SQL(signature),
+                                                                   sql.Literal(cost)))
     for signature in LEAKPROOF_FUNCTIONS:
         found = conn.execute("SELECT proleakproof FROM pg_proc WHERE oid = to_regprocedure(%s)",
                              (signature,)).fetchone()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from ..errors import InvalidRequest
 from .base import Strategy
+from .bm25 import BM25
 from .fulltext import FullText
+from .fuzzy import Fuzzy
+from .relational import Relational
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in [
     FullText(),
+    Fuzzy(),
+    BM25(),
+    Relational(),
 ]}
-ALIASES: dict[str, str] = {}
+ALIASES: dict[str, str] = {"search": "bm25"}
 
 
 def get(name: str) -> Strategy:

@@ -35,6 +35,7 @@ class Row:
     classifications: list[str]
     language: str
     score: float
+    matched_terms: list[str] | None = None
 
 
 @dataclass
@@ -45,24 +46,29 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Context:
-    """What a strategy may know besides the request: settings-level facts."""
+    """What a strategy may know besides the request.
 
-    extensions: frozenset[str] = frozenset()
+    ``pgsearch`` / ``age`` are the opt-in settings, known without a database;
+    ``extensions`` is filled in once a session is open.
+    """
+
     pgsearch: bool = False
     age: bool = False
+    extensions: frozenset[str] = frozenset()
 
 
 class Strategy(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
+    touches_database: ClassVar[bool] = True
+
+    def validate(self, request: SearchRequest, context: Context) -> None:
+        """Raise InvalidRequest for bad params, NotEnabled for a gate that is off. Sends nothing."""
 
     def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
         """Why this strategy cannot run on this pipeline, or None. Sends nothing."""
         return None
 
-    def validate(self, request: SearchRequest) -> None:
-        """Raise InvalidRequest for bad params. Sends nothing."""
-
     @abstractmethod
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
-            scope: Scope, k: int) -> Outcome: ...
+            scope: Scope, k: int, context: Context) -> Outcome: ...

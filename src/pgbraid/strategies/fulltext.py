@@ -60,7 +60,7 @@ class FullText(Strategy):
             return f"pipeline {pipeline.name!r} was created without full-text search"
         return None
 
-    def validate(self, request: SearchRequest) -> None:
+    def validate(self, request: SearchRequest, context: Context) -> None:
         threshold = request.params.get("threshold", 0.0)
         if threshold is None:
             return
@@ -69,7 +69,7 @@ class FullText(Strategy):
                                  field="threshold")
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
-            scope: Scope, k: int) -> Outcome:
+            scope: Scope, k: int, context: Context) -> Outcome:
         config = detect(request.query, default=pipeline.language)
         params: dict[str, Any] = {"config": config, "query": request.query, "k": k,
                                   "threshold": request.params.get("threshold") or 0.0}

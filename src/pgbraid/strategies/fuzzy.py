@@ -1,0 +1,86 @@
+"""fuzzy: character-level similarity with pg_trgm (misspelled names, codes).
+
+A different question from full-text: not "which fragments contain these words"
+but "which strings look like this one". The score, in 0..1, is the better of
+``word_similarity(query, text)`` (the query against the most similar stretch
+of the fragment) and ``similarity(title, query)``; ties are broken by the
+whole-text ``similarity``, so "Apple Inc." ranks above "Apple Hospitality REIT"
+for "Aple Inc". Both conditions are served by GIN ``gin_trgm_ops`` indexes,
+with the threshold (``params.threshold``, default 0.5: between pg_trgm's
+0.3 for similarity and 0.6 for word similarity) set per transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from ..errors import InvalidRequest
+from ..models import SearchRequest
+from ..pipelines import Pipeline
+from ..scope import Scope
+from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+
+DEFAULT_THRESHOLD = 0.5
+MAX_QUERY_CHARS = 500
+
+# Score candidates on fragments alone, then join the k best for their columns.
+_SEARCH = """
+SELECT {columns}, c.score
+FROM (SELECT f.id,
+             greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s)) AS score,
+             similarity(f.body, %(query)s) AS whole
+      FROM pgbraid.fragments f
+      WHERE {scope} AND (f.body %%> %(query)s OR f.title %% %(query)s)
+      ORDER BY score DESC, whole DESC, f.id
+      LIMIT %(k)s) AS c
+     JOIN pgbraid.fragments f ON f.id = c.id
+     JOIN pgbraid.versions v ON v.id = f.version_id
+     JOIN pgbraid.documents d ON d.id = f.document_id
+ORDER BY c.score DESC, c.whole DESC, f.id
+"""
+
+
+def threshold_of(request: SearchRequest) -> float:
+    value = request.params.get("threshold", DEFAULT_THRESHOLD)
+    if value is None:
+        return DEFAULT_THRESHOLD
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InvalidRequest("params.threshold (minimum similarity) must be a number from 0 to 1",
+                             field="threshold")
+    return float(value)
+
+
+class Fuzzy(Strategy):
+    name = "fuzzy"
+    description = "pg_trgm trigram similarity over fragment text and titles"
+
+    def validate(self, request: SearchRequest, context: Context) -> None:
+        threshold_of(request)
+        if len(request.query) > MAX_QUERY_CHARS:
+            raise InvalidRequest(f"fuzzy matches strings of at most {MAX_QUERY_CHARS} characters; "
+                                 "use fulltext or bm25 for longer text", field="query")
+
+    def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
+        if "pg_trgm" not in context.extensions:
+            return "the pg_trgm extension is not installed on this server"
+        return None
+
+    def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
+            scope: Scope, k: int, context: Context) -> Outcome:
+        threshold = threshold_of(request)
+        conn.execute("SELECT set_config('pg_trgm.similarity_threshold', %(t)s, true),"
+                     " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
+                     {"t": str(threshold)})
+        where, params = scope.where("f")
+        statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+        with conn.cursor(row_factory=class_row(Row)) as cur:
+            rows = cur.execute(statement, {**params, "query": request.query, "k": k}).fetchall()
+        details: dict[str, Any] = {"threshold": threshold, "rows": len(rows)}
+        if not rows:
+            details["explanation"] = (f"no fragment text or title in scope reaches trigram "
+                                      f"similarity {threshold}; lower params.threshold to widen")
+        return Outcome(rows, details)
