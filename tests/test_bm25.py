@@ -1,0 +1,206 @@
+"""bm25: parity with bm25s, the long code-chunk query, diagnostics, and index upkeep."""
+
+from __future__ import annotations
+
+import json
+
+import bm25s
+import numpy as np
+import pytest
+
+import pgbraid
+from pgbraid import FieldMap, InvalidRequest, NotEnabled
+from pgbraid.ingest import bm25_index
+from pgbraid.ingest.tokens import expand_code
+
+from .conftest import shared
+from .test_fulltext import PLAYER_PAGE, godot  # noqa: F401  (module fixture)
+
+PROCESS_BODY = '''func _process(delta):
+    var velocity = Vector2.ZERO # The player's movement vector.
+    if Input.is_action_pressed("move_right"):
+        velocity.x += 1
+    if Input.is_action_pressed("move_left"):
+        velocity.x -= 1
+    if Input.is_action_pressed("move_down"):
+        velocity.y += 1
+    if Input.is_action_pressed("move_up"):
+        velocity.y -= 1
+
+    if velocity.length() > 0:
+        velocity = velocity.normalized() * speed
+        $AnimatedSprite2D.play()
+    else:
+        $AnimatedSprite2D.stop()
+
+    position += velocity * delta
+    position = position.clamp(Vector2.ZERO, screen_size)'''
+
+
+@pytest.fixture(scope="module")
+def cranfield(data_dir, server):
+    with pgbraid.connect(data_dir=data_dir) as client:
+        if "cranfield" not in {p.name for p in client.pipelines()}:
+            client.create_pipeline("cranfield")
+            report = client.ingest("cranfield", [shared("cranfield", "corpus.jsonl.gz")],
+                                   fields=FieldMap(id="_id"))
+            assert report.added == 1400 - 2 and len(report.failed) == 2  # two empty abstracts
+    return "cranfield"
+
+
+def _corpus_tokens(client, pipeline):
+    with client.session() as conn:
+        rows = conn.execute(
+            "SELECT f.bm25_ordinal, f.bm25_terms, f.bm25_tfs FROM pgbraid.fragments f"
+            " JOIN pgbraid.pipelines p ON p.id = f.pipeline_id WHERE p.name = %s AND f.current"
+            " ORDER BY f.bm25_ordinal", (pipeline,)).fetchall()
+    ordinals = [r[0] for r in rows]
+    tokens = [[t for t, n in zip(terms, tfs) for _ in range(n)] for _, terms, tfs in rows]
+    return ordinals, tokens
+
+
+def _query_tokens(client, config, query):
+    with client.session() as conn:
+        return [lexeme for lexeme, n in conn.execute(
+            "SELECT lexeme, array_length(positions, 1) FROM unnest(to_tsvector(%s::regconfig, %s))",
+            (config, expand_code(query))) for _ in range(n)]
+
+
+def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield):
+    ordinals, tokens = _corpus_tokens(client, cranfield)
+    reference = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
+    reference.index(tokens, show_progress=False)
+    position = {ordinal: i for i, ordinal in enumerate(ordinals)}
+    with client.session() as conn:
+        ordinal_of = dict(conn.execute(
+            "SELECT f.id, f.bm25_ordinal FROM pgbraid.fragments f JOIN pgbraid.pipelines p"
+            " ON p.id = f.pipeline_id WHERE p.name = %s AND f.current", (cranfield,)).fetchall())
+    queries = [json.loads(line) for line in shared("cranfield", "queries.jsonl").open()]
+    assert len(queries) == 225
+    for query in queries:
+        response = client.search(cranfield, query["text"], type="bm25", params={"k": 10})
+        config = response.trace.retrievers[0].details["config"]
+        expected = reference.get_scores(_query_tokens(client, config, query["text"]))
+        ours = [h.score for h in response.hits]
+        best = np.sort(expected)[::-1][:10]
+        np.testing.assert_allclose(ours, best[: len(ours)], atol=1e-4, err_msg=query["text"])
+        for hit in response.hits:  # same fragments at the same ranks (up to exact ties)
+            assert expected[position[ordinal_of[hit.fragment_id]]] == pytest.approx(hit.score, abs=1e-4)
+
+
+def test_long_code_chunk_finds_the_page_where_fulltext_finds_nothing(client, godot):  # noqa: F811
+    bm25 = client.search(godot, PROCESS_BODY, type="bm25", params={"k": 3})
+    assert PLAYER_PAGE in [h.document_id for h in bm25.hits]
+    assert bm25.hits[0].document_id == PLAYER_PAGE
+    assert {"animatedsprite2d", "isactionpress", "veloc"} <= set(bm25.hits[0].matched_terms)
+    grouped = client.search(godot, PROCESS_BODY, type="search", params={"k": 3}, group_by="document")
+    assert grouped.hits[0].document_id == PLAYER_PAGE
+
+    fulltext = client.search(godot, PROCESS_BODY, type="fulltext", params={"k": 3})
+    details = fulltext.trace.retrievers[0].details
+    assert len(fulltext.hits) <= 1
+    if not fulltext.hits:
+        assert details["restricting_tokens"] or details["best_partial"]["tokens_matched"] < len(details["tokens"])
+
+
+def test_diagnostics_name_terms_with_df_and_idf(client, godot):  # noqa: F811
+    response = client.search(godot, "AnimatedSprite2D quaternionslerp", type="bm25", params={"k": 2})
+    details = response.trace.retrievers[0].details
+    terms = {t["term"]: t for t in details["terms"]}
+    assert terms["quaternionslerp"]["df"] == 0 and terms["quaternionslerp"]["idf"] == 0.0
+    assert terms["animatedsprite2d"]["df"] > 0 and terms["animatedsprite2d"]["idf"] > 0
+    assert details["k1"] == 0.9 and details["b"] == 0.4 and details["documents"] > 5000
+    for hit in response.hits:
+        assert "animatedsprite2d" in hit.matched_terms and "quaternionslerp" not in hit.matched_terms
+        assert set(hit.matched_terms) <= set(terms)
+
+
+def test_code_identifiers_match_their_parts(client, pipeline):
+    client.ingest(pipeline, [{"id": "code", "text": "Call is_action_pressed on the AnimatedSprite2D."},
+                             {"id": "prose", "text": "The action was pressed by an animated sprite."}])
+    exact = client.search(pipeline, "is_action_pressed", type="bm25", params={"k": 2})
+    assert exact.hits[0].document_id == "code"
+    parts = client.search(pipeline, "animated sprite", type="bm25", params={"k": 2})
+    assert {h.document_id for h in parts.hits} == {"code", "prose"}
+
+
+def test_an_expired_version_stops_counting(client, pipeline):
+    client.ingest(pipeline, [{"id": "a", "text": "xylophone practice"}, {"id": "b", "text": "drum practice"}])
+    client.ingest(pipeline, [{"id": "a", "text": "marimba practice"}])
+    assert client.search(pipeline, "xylophone", type="bm25").hits == ()
+    details = client.search(pipeline, "practice marimba", type="bm25").trace.retrievers[0].details
+    df = {t["term"]: t["df"] for t in details["terms"]}
+    assert df == {"practic": 2, "marimba": 1} and details["documents"] == 2
+    (hit,) = client.search(pipeline, "marimba", type="bm25").hits
+    assert (hit.document_id, hit.version) == ("a", 2)
+
+
+def test_many_segments_merge_and_drop_dead_postings(client, pipeline):
+    for i in range(bm25_index.MERGE_FACTOR + 2):
+        client.ingest(pipeline, [{"id": f"d{i}", "text": f"common word {i} unique{i}"},
+                                 {"id": "shared", "text": f"shared text revision {i}"}])
+    with client.session() as conn:
+        pid = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s", (pipeline,)).fetchone()[0]
+        segments = conn.execute("SELECT count(*) FROM pgbraid.bm25_segments WHERE pipeline_id = %s",
+                                (pid,)).fetchone()[0]
+        dead_before = conn.execute("SELECT count(*) FROM pgbraid.bm25_dead WHERE pipeline_id = %s",
+                                   (pid,)).fetchone()[0]
+        assert segments < bm25_index.MERGE_FACTOR
+        bm25_index.merge_tiers(conn, pid, everything=True)
+        assert conn.execute("SELECT count(*) FROM pgbraid.bm25_dead WHERE pipeline_id = %s",
+                            (pid,)).fetchone()[0] == 0
+    assert dead_before > 0
+    hits = client.search(pipeline, "common shared", type="bm25", params={"k": 20}).hits
+    assert len(hits) == bm25_index.MERGE_FACTOR + 3
+    assert [h.version for h in hits if h.document_id == "shared"] == [bm25_index.MERGE_FACTOR + 2]
+
+
+def test_scope_applies_before_the_top_k(client, pipeline):
+    docs = [{"id": f"n{i}", "text": "needle " * 5, "metadata": {"keep": False}} for i in range(50)]
+    docs.append({"id": "kept", "text": "needle in a long haystack of many words", "metadata": {"keep": True}})
+    client.ingest(pipeline, docs)
+    (hit,) = client.search(pipeline, "needle", type="bm25", params={"k": 5}, filters={"keep": True}).hits
+    assert hit.document_id == "kept"
+
+
+@pytest.mark.parametrize("query", ["the of and", "!!! ???", "—"])
+def test_stop_words_or_punctuation_is_empty_with_a_reason(client, godot, query):  # noqa: F811
+    response = client.search(godot, query, type="bm25")
+    assert response.hits == ()
+    assert "no searchable words" in response.trace.retrievers[0].details["explanation"]
+
+
+def test_long_and_foreign_queries(client, godot):  # noqa: F811
+    assert client.search(godot, "position " * 1100, type="bm25").hits  # ~10 kB
+    with pytest.raises(InvalidRequest, match="limit"):
+        client.search(godot, "position " * 1200, type="bm25")
+    assert client.search(godot, "Привет мир 日本語 テキスト", type="bm25").hits == ()
+    with pytest.raises(InvalidRequest):
+        client.search(godot, "velocity\x00", type="bm25")
+    with pytest.raises(InvalidRequest):
+        client.search(godot, "velocity", type="bm25", params={"b": 1.5})
+
+
+def test_pg_search_gate_and_relational_send_nothing():
+    """An unreachable server: a disabled gate and the no-op must answer without it."""
+    with pgbraid.connect(dsn="host=127.0.0.1 port=1 connect_timeout=1 user=x dbname=x") as client:
+        with pytest.raises(NotEnabled, match="PGBRAID_PGSEARCH"):
+            client.search("any", "metal fabrication", type="bm25", params={"engine": "pg_search"})
+        response = client.search("any", "metal fabrication", type="relational")
+        assert response.hits == () and response.trace.retrievers[0].status == "ran"
+        with pytest.raises(InvalidRequest):
+            client.search("any", "x", type="fuzzy", params={"threshold": 2})
+        assert client.db._pool is None  # no connection was ever opened
+
+
+def test_pg_search_when_installed_and_opted_in(data_dir, server, monkeypatch):
+    monkeypatch.setenv("PGBRAID_PGSEARCH", "1")
+    with pgbraid.connect(data_dir=data_dir) as client:
+        client.pipelines()
+        if "pg_search" not in client.db.extensions:
+            pytest.skip("pg_search is not installed on this server")
+        client.create_pipeline("pdb")
+        client.ingest("pdb", [{"id": "1", "text": "metal fabrication services"}])
+        response = client.search("pdb", "metal fabrication", type="bm25")
+        assert response.trace.retrievers[0].details["engine"] == "pg_search"
+        assert response.hits[0].document_id == "1"
