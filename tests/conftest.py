@@ -47,8 +47,9 @@ def client(data_dir, server):
 
 @pytest.fixture()
 def pipeline(client) -> str:
+    """A lexical pipeline (no embedder: nothing to embed, fast)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
-    client.create_pipeline(name)
+    client.create_pipeline(name, embedder="none")
     return name
 
 

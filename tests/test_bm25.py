@@ -41,7 +41,7 @@ PROCESS_BODY = '''func _process(delta):
 def cranfield(data_dir, server):
     with pgbraid.connect(data_dir=data_dir) as client:
         if "cranfield" not in {p.name for p in client.pipelines()}:
-            client.create_pipeline("cranfield")
+            client.create_pipeline("cranfield", embedder="none")
             report = client.ingest("cranfield", [shared("cranfield", "corpus.jsonl.gz")],
                                    fields=FieldMap(id="_id"))
             assert report.added == 1400 - 2 and len(report.failed) == 2  # two empty abstracts
@@ -199,7 +199,7 @@ def test_pg_search_when_installed_and_opted_in(data_dir, server, monkeypatch):
         client.pipelines()
         if "pg_search" not in client.db.extensions:
             pytest.skip("pg_search is not installed on this server")
-        client.create_pipeline("pdb")
+        client.create_pipeline("pdb", embedder="none")
         client.ingest("pdb", [{"id": "1", "text": "metal fabrication services"}])
         response = client.search("pdb", "metal fabrication", type="bm25")
         assert response.trace.retrievers[0].details["engine"] == "pg_search"

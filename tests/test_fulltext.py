@@ -22,7 +22,7 @@ def godot(data_dir, server):
 
     with pgbraid.connect(data_dir=data_dir) as client:
         if "godot" not in {p.name for p in client.pipelines()}:
-            client.create_pipeline("godot")
+            client.create_pipeline("godot", embedder="none")
             report = client.ingest("godot", [shared("godot_docs", "godot_docs_rst.jsonl.gz")],
                                    fields=FieldMap(id="path"))
             assert report.added == 405 and not report.failed
@@ -93,7 +93,7 @@ def test_group_by_document_returns_each_document_once(client, godot):
 
 
 def test_pipeline_without_fulltext_answers_not_enabled(client):
-    client.create_pipeline("no-fts", fulltext=False)
+    client.create_pipeline("no-fts", fulltext=False, embedder="none")
     with pytest.raises(NotEnabled):
         client.search("no-fts", "anything")
 

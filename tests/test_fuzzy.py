@@ -16,7 +16,7 @@ from .conftest import shared
 def companies(data_dir, server):
     with pgbraid.connect(data_dir=data_dir) as client:
         if "companies" not in {p.name for p in client.pipelines()}:
-            client.create_pipeline("companies")
+            client.create_pipeline("companies", embedder="none")
             with shared("company_names", "companies.csv").open() as handle:
                 rows = list(csv.DictReader(handle))
             report = client.ingest("companies", [

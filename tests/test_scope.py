@@ -125,7 +125,7 @@ def test_tenants_are_isolated_by_row_level_security(data_dir, server, pipeline, 
         assert pipeline not in {p.name for p in other.pipelines()}
         with pytest.raises(NotFound):
             other.search(pipeline, "anything")
-        other.create_pipeline(pipeline)  # the same name is free in another tenant
+        other.create_pipeline(pipeline, embedder="none")  # the same name is free in another tenant
     with client.session() as conn:
         row = conn.execute("SELECT current_user, rolsuper, rolbypassrls FROM pg_roles"
                            " WHERE rolname = current_user").fetchone()

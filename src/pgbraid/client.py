@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from . import documents, pipelines
+from . import documents, embedders, pipelines, vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
+from .errors import NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
@@ -32,7 +33,8 @@ class Client:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age)
+            context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age,
+                              embedder=self.embedder)
             self._engine = Engine(self.db, tenant=self.tenant, context=context,
                                   max_query_chars=self.settings.max_query_chars,
                                   max_k=self.settings.max_k)
@@ -43,13 +45,42 @@ class Client:
 
     # -- pipelines ------------------------------------------------------------
 
-    def create_pipeline(self, name: str, **options: Any) -> PipelineInfo:
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+        chosen = embedders.validate_name(embedder)
+        dimension = None
+        if chosen:
+            self.db.open()
+            if "vector" not in self.db.extensions:
+                raise NotEnabled("pgvector is not installed on this server: create the pipeline "
+                                 "with embedder 'none'", strategy="similarity")
+            dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
         with self.session() as conn:
-            return pipelines.info(conn, pipelines.create(conn, name, **options))
+            pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+        if chosen:
+            try:
+                with self.db.admin() as conn:  # index DDL needs the table owner
+                    vectors.create_indexes(conn, pipeline.id, dimension)
+            except Exception:
+                self.delete_pipeline(name)
+                raise
+        return self.pipeline(name)
 
     def delete_pipeline(self, name: str) -> None:
         with self.session() as conn:
+            pipeline = pipelines.get(conn, name)
             pipelines.delete(conn, name)
+        if pipeline.embedder:
+            with self.db.admin() as conn:
+                vectors.drop_indexes(conn, pipeline.id)
+
+    def embedder(self, name: str) -> embedders.Embedder:
+        """The named embedder, loaded once per process (openai settings from PGBRAID_OPENAI_*)."""
+        if name == "openai":
+            s = self.settings
+            return embedders.get(name, url=s.openai_url, model=s.openai_model, key=s.openai_key,
+                                 timeout=str(s.openai_timeout))
+        return embedders.get(name)
 
     def pipelines(self) -> list[PipelineInfo]:
         with self.session() as conn:
@@ -77,8 +108,9 @@ class Client:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         with self.session() as conn:
             target = pipelines.get(conn, pipeline)
-        report = ingest(self.session, target, _items(source, fields), on_error=on_error,
-                        progress=progress)
+        embedder = self.embedder(target.embedder) if target.embedder else None
+        report = ingest(self.session, target, _items(source, fields), embedder=embedder,
+                        on_error=on_error, progress=progress)
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self.db.admin() as conn:

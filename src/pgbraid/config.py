@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     """Opt in to ParadeDB pg_search for bm25 (used only when installed too)."""
     age: bool = False
     """Opt in to Apache AGE for graph (used only when installed too)."""
+    openai_url: str = ""
+    """An OpenAI-compatible embeddings endpoint, e.g. http://127.0.0.1:8000/v1."""
+    openai_model: str = "text-embedding-3-small"
+    openai_key: str = ""
+    openai_timeout: float = 30.0
     statement_timeout_ms: int = 30_000
     max_query_chars: int = 10_000
     max_k: int = 1_000

@@ -12,7 +12,7 @@ from . import pipelines, strategies
 from .db.database import Database
 from .errors import NotEnabled
 from .models import Hit, SearchRequest, SearchResponse, Trace, TraceEntry, parse_search_request
-from .scope import Scope, resolve_classifications, validate_filters
+from .scope import Scope, validate_filters
 from .strategies.base import Context, Outcome, Row, Strategy
 
 GROUP_OVERFETCH = 4
@@ -50,12 +50,11 @@ class Engine:
                 strategy: Strategy) -> SearchResponse:
         started = time.perf_counter()
         context = dataclasses.replace(self.context, extensions=self.db.extensions)
-        pipeline = pipelines.get(conn, pipeline_name)
+        pipeline, held = pipelines.get_resolving(conn, pipeline_name, request.classification)
         reason = strategy.unavailable(pipeline, context)
         if reason:
             raise NotEnabled(f"{strategy.name} is not enabled: {reason}", strategy=strategy.name)
-        scope = Scope(pipeline.id, resolve_classifications(conn, request.classification),
-                      request.filters)
+        scope = Scope(pipeline.id, held, request.filters)
         ran = time.perf_counter()
         outcome, rows = self._run(conn, strategy, pipeline, request, scope, context)
         ms = (time.perf_counter() - ran) * 1000
@@ -103,4 +102,5 @@ def _hit(row: Row, rank: int) -> Hit:
                title=row.title, page_content=row.body, score=float(row.score), rank=rank,
                metadata=row.metadata, classifications=tuple(row.classifications),
                language=row.language,
-               matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None)
+               matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None,
+               mmr_score=row.mmr_score)

@@ -131,6 +131,7 @@ class Hit(Frozen):
     classifications: tuple[str, ...] = ()
     language: str | None = None
     matched_terms: tuple[str, ...] | None = None
+    mmr_score: float | None = None
     found_by: tuple[StrategyRank, ...] = ()
 
 

@@ -32,7 +32,8 @@ class Pipeline:
 
 
 def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, language: str = "english",
-           chunk_size: int = 1000, embedder: str | None = None) -> Pipeline:
+           chunk_size: int = 1000, embedder: str | None = None,
+           dimension: int | None = None) -> Pipeline:
     validate_name("pipeline", name)
     config = config_for(language)
     if config is None:
@@ -42,9 +43,9 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
     if not 200 <= chunk_size <= 20_000:
         raise InvalidRequest("chunk_size must be between 200 and 20000 characters", field="chunk_size")
     row = conn.execute(
-        "INSERT INTO pgbraid.pipelines (name, fulltext, language, chunk_size, embedder)"
-        " VALUES (%s, %s, %s::regconfig, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
-        " RETURNING id", (name, fulltext, config, chunk_size, embedder)).fetchone()
+        "INSERT INTO pgbraid.pipelines (name, fulltext, language, chunk_size, embedder, dimension)"
+        " VALUES (%s, %s, %s::regconfig, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
+        " RETURNING id", (name, fulltext, config, chunk_size, embedder, dimension)).fetchone()
     if row is None:
         raise InvalidRequest(f"pipeline {name!r} already exists", field="name")
     conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s)", (row[0],))
@@ -57,6 +58,21 @@ def get(conn: psycopg.Connection, name: str) -> Pipeline:
     if pipeline is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
     return pipeline
+
+
+def get_resolving(conn: psycopg.Connection, name: str,
+                  held: tuple[str, ...]) -> tuple[Pipeline, tuple[str, ...]]:
+    """The pipeline and the resolved classifications, sent together (one round trip)."""
+    from .scope import RESOLVE_CLASSIFICATIONS
+
+    with conn.cursor(row_factory=class_row(Pipeline)) as pipes, conn.cursor() as classes:
+        pipes.execute(_COLUMNS + " WHERE name = %s", (name,))
+        classes.execute(RESOLVE_CLASSIFICATIONS, (list(held),))
+        pipeline = pipes.fetchone()
+        resolved = classes.fetchone()[0]
+    if pipeline is None:
+        raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
+    return pipeline, tuple(resolved or ())
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:

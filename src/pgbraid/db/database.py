@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, PgbraidError
@@ -36,6 +35,7 @@ class Database:
             self.dsn,
             min_size=1,
             max_size=self._max_size,
+            configure=_register_vector,
             # Every planner or session setting is SET LOCAL inside the transaction, so
             # server-side prepared statements (after 5 runs) are safe and save planning.
             kwargs={"autocommit": True},
@@ -49,6 +49,7 @@ class Database:
             raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)})") from exc
         with pool.connection() as conn:
             migrate(conn)
+            _register_vector(conn)  # the extension may have been created just now
             row = conn.execute(
                 "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
             ).fetchone()
@@ -69,12 +70,10 @@ class Database:
         self.open()
         assert self._pool is not None
         with self._pool.connection() as conn, translate_errors(), conn.transaction():
-            if self._drop_role:
-                conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(APP_ROLE)))
             conn.execute(
-                "SELECT set_config('pgbraid.tenant', %s, true),"
+                "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
                 " set_config('statement_timeout', %s, true)",
-                (tenant, str(self.statement_timeout_ms)),
+                (APP_ROLE if self._drop_role else "none", tenant, str(self.statement_timeout_ms)),
             )
             yield conn
 
@@ -85,6 +84,16 @@ class Database:
         assert self._pool is not None
         with self._pool.connection() as conn, translate_errors():
             yield conn
+
+
+def _register_vector(conn: psycopg.Connection) -> None:
+    """Binary vector adapters (numpy <-> pgvector) when the extension exists."""
+    from pgvector.psycopg import register_vector
+
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError:
+        pass  # no pgvector here: vector strategies report it
 
 
 @contextmanager

@@ -164,7 +164,13 @@ class EmbeddedServer:
             if self.status().running:
                 self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.cluster), "-w",
                            "-t", str(int(timeout)), "-m", "fast", "stop"], check=False)
-            return self.status()
+            status = self.status()
+            if not status.running:
+                try:
+                    self.socket_dir.rmdir()  # only when empty: the socket is gone
+                except OSError:
+                    pass
+            return status
 
     # -- internals ------------------------------------------------------------
 

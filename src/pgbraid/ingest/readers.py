@@ -39,6 +39,8 @@ class SourceDocument:
     classifications: tuple[str, ...] | None = None
     language: str | None = None
     source: str | None = None
+    embedding: list[float] | None = None
+    """A vector supplied with the document (field ``embedding``); checked against the pipeline."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
     if not isinstance(metadata, dict):
         raise InvalidRequest(f"metadata field {fields.metadata!r} must be an object")
     known = {fields.id, fields.title, fields.text, fields.metadata, fields.classification,
-             fields.language}
+             fields.language, "embedding"}
     extra = {k: v for k, v in record.items() if k not in known}
     classification = record.get(fields.classification)
     language = record.get(fields.language)
@@ -176,4 +178,18 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
         classifications=None if classification is None else parse_classifications(classification),
         language=language,
         source=source,
+        embedding=_embedding(record.get("embedding")),
     )
+
+
+def _embedding(value: Any) -> list[float] | None:
+    if value is None:
+        return None
+    import math
+
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        raise InvalidRequest("embedding must be a non-empty list of numbers", field="embedding")
+    if not all(math.isfinite(v) for v in value):
+        raise InvalidRequest("embedding contains NaN or infinity", field="embedding")
+    return [float(v) for v in value]

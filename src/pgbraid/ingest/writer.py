@@ -1,28 +1,32 @@
-"""Write documents as versions and fragments, atomically.
+"""Write documents as versions and fragments, atomically, embedding as we go.
 
-A document's new version, its fragments and the expiry of the previous version
-happen in one savepoint inside a batch transaction: a reader sees the old
-version or the new one, never a mix, and a failing document rolls back alone.
-Unchanged content (same hash) writes nothing.
+A document's new version, its fragments (with their vectors and postings) and
+the expiry of the previous version happen in one savepoint inside a batch
+transaction: a reader sees the old version or the new one, never a mix, and a
+failing document rolls back alone. Unchanged content (same hash) writes
+nothing, and a fragment whose embedded text is unchanged reuses its vector.
+
+With an embedder, batch i is embedded in a worker thread while batch i-1 is
+written (ONNX releases the GIL), so the database work hides behind the model.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal
+from itertools import islice
+from typing import Callable, Iterable, Iterator, Literal
 
+import numpy as np
 import psycopg
 
-from ..errors import InvalidRequest, PgbraidError
-from ..models import DEFAULT_CLASSIFICATION
+from ..embedders import Embedder
+from ..errors import PgbraidError
 from ..pipelines import Pipeline
+from ..vectors import check_vector
 from . import bm25_index
 from .bm25_index import Pending
-from .chunking import chunk
-from .language import config_for, detect
-from .tokens import expand_code
+from .prepare import Prepared, prepare
 from .readers import ReadError, SourceDocument
 
 Outcome = Literal["added", "updated", "unchanged"]
@@ -30,7 +34,8 @@ Outcome = Literal["added", "updated", "unchanged"]
 _INSERT_FRAGMENT = """
 INSERT INTO pgbraid.fragments
     (pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
-     tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title)
+     tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title,
+     content_hash)
 SELECT %(pipeline)s, %(document)s, %(version)s, %(ordinal)s, %(section)s, %(body)s,
        %(language)s, %(config)s::regconfig,
        CASE WHEN %(fulltext)s THEN
@@ -39,12 +44,30 @@ SELECT %(pipeline)s, %(document)s, %(version)s, %(ordinal)s, %(section)s, %(body
            || setweight(to_tsvector(%(config)s::regconfig, %(body)s), 'C')
        END,
        %(metadata)s, %(classifications)s, %(bm25_ordinal)s,
-       coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(title)s
+       coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(title)s,
+       %(content_hash)s
 FROM (SELECT sum(array_length(positions, 1)) AS length,
              array_agg(lexeme ORDER BY lexeme) AS terms,
              array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
       FROM unnest(to_tsvector(%(config)s::regconfig, %(bm25_text)s))) AS b
-RETURNING bm25_ordinal, bm25_length, bm25_terms, bm25_tfs
+RETURNING id, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs
+"""
+
+_INSERT_EMBEDDINGS = """
+INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding)
+SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[])
+"""
+
+# Current hashes of a batch's documents, and vectors of their current fragments.
+_KNOWN = """
+SELECT d.external_id, v.content_hash FROM pgbraid.documents d
+JOIN pgbraid.versions v ON v.document_id = d.id AND v.version = d.current_version
+WHERE d.pipeline_id = %(pipeline)s AND d.external_id = ANY(%(ids)s)
+"""
+_REUSABLE = """
+SELECT f.content_hash, e.embedding FROM pgbraid.fragments f
+JOIN pgbraid.embeddings e ON e.fragment_id = f.id
+WHERE f.pipeline_id = %(pipeline)s AND f.current AND f.content_hash = ANY(%(hashes)s)
 """
 
 
@@ -54,6 +77,7 @@ class IngestReport:
     updated: int = 0
     unchanged: int = 0
     fragments: int = 0
+    embedded: int = 0
     failed: list[ReadError] = field(default_factory=list)
     stopped: bool = False
 
@@ -64,25 +88,25 @@ class IngestReport:
     def as_dict(self) -> dict:
         return {
             "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
-            "fragments": self.fragments, "stopped": self.stopped,
+            "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
             "failed": [{"source": f.source, "message": f.message} for f in self.failed],
         }
 
 
-def content_hash(doc: SourceDocument, classifications: tuple[str, ...]) -> str:
-    canonical = json.dumps([doc.title, doc.text, doc.metadata, list(classifications), doc.language],
-                           sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+@dataclass
+class Batch:
+    items: list[Prepared | ReadError]
+    unchanged: set[str]
+    embedding: Future | None = None
 
 
-def write_document(conn: psycopg.Connection, pipeline: Pipeline, doc: SourceDocument,
+def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
                    pending: Pending) -> tuple[Outcome, int]:
-    """Write one document inside the caller's transaction; returns (outcome, fragments).
+    """Write one prepared document inside the caller's transaction.
 
     The new fragments' postings are added to ``pending``, which the batch flushes.
     """
-    classifications = doc.classifications or (DEFAULT_CLASSIFICATION,)
-    digest = content_hash(doc, classifications)
+    doc = prepared.doc
     conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
                  " ON CONFLICT (pipeline_id, external_id) DO NOTHING", (pipeline.id, doc.id))
     document_id, current = conn.execute(
@@ -93,97 +117,186 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, doc: SourceDocu
         previous = conn.execute(
             "SELECT id, content_hash FROM pgbraid.versions WHERE document_id = %s AND version = %s",
             (document_id, current)).fetchone()
-        if previous and previous[1] == digest:
+        if previous and previous[1] == prepared.digest:
             return "unchanged", 0
 
-    doc_config = _document_config(doc, pipeline)
     number = (current or 0) + 1
     version_id = conn.execute(
         "INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,"
         " classifications, language, source) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         " RETURNING id",
-        (document_id, number, doc.title, doc.text, digest, psycopg.types.json.Jsonb(doc.metadata),
-         list(classifications), doc_config, doc.source)).fetchone()[0]
-    pieces = chunk(doc.text, target=pipeline.chunk_size)
-    base = bm25_index.reserve_ordinals(conn, pipeline.id, len(pieces))
-    rows = [
-        {
-            "pipeline": pipeline.id, "document": document_id, "version": version_id,
-            "ordinal": ordinal, "section": piece.section, "body": piece.text,
-            "config": config, "language": config, "title": doc.title,
-            "fulltext": pipeline.fulltext, "metadata": psycopg.types.json.Jsonb(doc.metadata),
-            "classifications": list(classifications), "bm25_ordinal": base + ordinal,
-            "bm25_text": expand_code(f"{doc.title or ''}\n{piece.text}"),
-        }
-        for ordinal, piece in enumerate(pieces)
-        for config in [doc_config if doc.language else detect(piece.text, default=doc_config)]
-    ]
+        (document_id, number, doc.title, doc.text, prepared.digest,
+         psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications),
+         prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source)).fetchone()[0]
+    fragment_ids = _insert_fragments(conn, pipeline, prepared, document_id, version_id, pending)
+    if prepared.vectors is not None:
+        conn.execute(_INSERT_EMBEDDINGS, {"ids": fragment_ids, "pipeline": pipeline.id,
+                                          "vectors": list(prepared.vectors)})
+    if previous is not None:
+        _expire(conn, pipeline, previous[0])
+    conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
+                 (number, document_id))
+    return ("updated" if previous is not None else "added"), len(fragment_ids)
+
+
+def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
+                      document_id: int, version_id: int, pending: Pending) -> list[int]:
+    doc = prepared.doc
+    base = bm25_index.reserve_ordinals(conn, pipeline.id, len(prepared.pieces))
+    metadata = psycopg.types.json.Jsonb(doc.metadata)
+    rows = [{
+        "pipeline": pipeline.id, "document": document_id, "version": version_id,
+        "ordinal": ordinal, "section": piece.section, "body": piece.text, "config": piece.config,
+        "language": piece.config, "title": doc.title, "fulltext": pipeline.fulltext,
+        "metadata": metadata, "classifications": list(prepared.classifications),
+        "bm25_ordinal": base + ordinal, "bm25_text": piece.bm25_text,
+        "content_hash": piece.content_hash,
+    } for ordinal, piece in enumerate(prepared.pieces)]
+    ids = []
     with conn.cursor() as cur:
         cur.executemany(_INSERT_FRAGMENT, rows, returning=True)
         while True:
-            pending.add(*cur.fetchone())
+            fragment_id, *postings = cur.fetchone()
+            ids.append(fragment_id)
+            pending.add(*postings)
             if not cur.nextset():
                 break
-    if previous is not None:
-        conn.execute("UPDATE pgbraid.versions SET valid_to = now() WHERE id = %s", (previous[0],))
-        conn.execute("UPDATE pgbraid.fragments SET current = false WHERE version_id = %s",
-                     (previous[0],))
-        bm25_index.expire_version(conn, pipeline.id, previous[0])
-    conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
-                 (number, document_id))
-    return ("updated" if previous is not None else "added"), len(rows)
+    return ids
 
 
-def _document_config(doc: SourceDocument, pipeline: Pipeline) -> str:
-    if doc.language:
-        config = config_for(doc.language)
-        if config is None:
-            raise InvalidRequest(f"unknown language {doc.language!r}", field="language")
-        return config
-    return detect(doc.text, default=pipeline.language, min_confidence=0.5)
+def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> None:
+    conn.execute("UPDATE pgbraid.versions SET valid_to = now() WHERE id = %s", (version_id,))
+    conn.execute("UPDATE pgbraid.fragments SET current = false WHERE version_id = %s", (version_id,))
+    if pipeline.embedder:
+        conn.execute("UPDATE pgbraid.embeddings SET current = false WHERE fragment_id IN"
+                     " (SELECT id FROM pgbraid.fragments WHERE version_id = %s)", (version_id,))
+    bm25_index.expire_version(conn, pipeline.id, version_id)
 
+
+# -- batches ------------------------------------------------------------------
 
 def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument | ReadError], *,
-           on_error: Literal["continue", "stop"] = "continue", batch_size: int = 64,
-           progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+           embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
+           batch_size: int = 64, progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
     """Ingest items in batches; ``session()`` opens one transaction per batch."""
     with session() as conn:
         bm25_index.ensure_stats(conn, pipeline.id)
         first_segment = bm25_index.next_segment(conn, pipeline.id)
+    report = IngestReport()
     try:
-        return _ingest(session, pipeline, items, on_error, batch_size, progress)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-embed") as pool:
+            previous: Batch | None = None
+            for chunk in _chunks(items, batch_size):
+                batch = _start(session, pipeline, chunk, embedder, pool)
+                if previous is not None:
+                    _finish(session, pipeline, previous, report, on_error, progress)
+                    if report.stopped:
+                        batch.embedding and batch.embedding.cancel()
+                        return report
+                previous = batch
+            if previous is not None:
+                _finish(session, pipeline, previous, report, on_error, progress)
+        return report
     finally:
         with session() as conn:
             bm25_index.merge_since(conn, pipeline.id, first_segment)
 
 
-def _ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument | ReadError],
-            on_error: str, batch_size: int,
-            progress: Callable[[IngestReport], None] | None) -> IngestReport:
-    report = IngestReport()
-    batch: list[SourceDocument | ReadError] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= batch_size:
-            _write_batch(session, pipeline, batch, report, on_error)
-            batch = []
-            if progress:
-                progress(report)
-            if report.stopped:
-                return report
-    if batch:
-        _write_batch(session, pipeline, batch, report, on_error)
-        if progress:
-            progress(report)
-    return report
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
 
 
-def _write_batch(session: Callable, pipeline: Pipeline, batch: list, report: IngestReport,
-                 on_error: str) -> None:
+def _start(session: Callable, pipeline: Pipeline, chunk: list, embedder: Embedder | None,
+           pool: ThreadPoolExecutor) -> Batch:
+    """Prepare a batch and start embedding what is new in it (in the worker thread)."""
+    items: list[Prepared | ReadError] = []
+    for item in chunk:
+        if isinstance(item, ReadError):
+            items.append(item)
+            continue
+        try:
+            items.append(prepare(item, pipeline))
+        except PgbraidError as exc:
+            items.append(ReadError(item.source or item.id, exc.message))
+    prepared = [p for p in items if isinstance(p, Prepared)]
+    with session() as conn:
+        known = dict(conn.execute(_KNOWN, {"pipeline": pipeline.id,
+                                           "ids": [p.doc.id for p in prepared]}).fetchall())
+        unchanged = {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest}
+        todo = [p for p in prepared if p.doc.id not in unchanged]
+        if not pipeline.embedder:
+            for p in todo:
+                if p.doc.embedding is not None:
+                    items[items.index(p)] = ReadError(
+                        p.doc.source or p.doc.id,
+                        f"pipeline {pipeline.name!r} has no embedder: remove the embedding field")
+            return Batch(items, unchanged)
+        if not todo:
+            return Batch(items, unchanged)
+        reusable = dict(conn.execute(_REUSABLE, {
+            "pipeline": pipeline.id,
+            "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
+    for p in list(todo):
+        try:
+            _assign_vectors(p, pipeline, reusable)
+        except PgbraidError as exc:  # a bad supplied vector fails its document only
+            items[items.index(p)] = ReadError(p.doc.source or p.doc.id, exc.message)
+            todo.remove(p)
+    if embedder is None or not any(p.needs_embedding for p in todo):
+        return Batch(items, unchanged)
+    return Batch(items, unchanged, pool.submit(_embed, embedder, todo))
+
+
+def _assign_vectors(p: Prepared, pipeline: Pipeline, reusable: dict) -> None:
+    dimension = pipeline.dimension or 0
+    p.vectors = np.zeros((len(p.pieces), dimension), dtype=np.float32)
+    if p.doc.embedding is not None:
+        p.vectors[0] = check_vector(p.doc.embedding, dimension, "embedding")
+        return
+    for i, piece in enumerate(p.pieces):
+        if piece.content_hash in reusable:
+            p.vectors[i] = np.asarray(reusable[piece.content_hash], dtype=np.float32)
+        else:
+            p.needs_embedding.append(i)
+
+
+def _embed(embedder: Embedder, todo: list[Prepared]) -> int:
+    texts = [text for p in todo for text in p.embedding_inputs()]
+    vectors = embedder.embed_documents(texts)
+    at = 0
+    for p in todo:
+        for i in p.needs_embedding:
+            p.vectors[i] = vectors[at]
+            at += 1
+    return len(texts)
+
+
+def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
+            on_error: str, progress: Callable[[IngestReport], None] | None) -> None:
+    failure = None
+    if batch.embedding is not None:
+        try:
+            report.embedded += batch.embedding.result()
+        except PgbraidError as exc:
+            failure = f"embedding failed: {exc.message}"
+    _write_batch(session, pipeline, batch, report, on_error, failure)
+    if progress:
+        progress(report)
+
+
+def _write_batch(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
+                 on_error: str, embedding_failure: str | None) -> None:
     """One transaction: each document in its own savepoint, then the batch's segment."""
     with session() as conn:
         written = Pending()
-        for item in batch:
+        for item in batch.items:
+            if isinstance(item, Prepared) and item.doc.id in batch.unchanged:
+                report.unchanged += 1
+                continue
+            if isinstance(item, Prepared) and embedding_failure and item.needs_embedding:
+                item = ReadError(item.doc.source or item.doc.id, embedding_failure)
             if isinstance(item, ReadError):
                 report.failed.append(item)
             else:
@@ -193,7 +306,7 @@ def _write_batch(session: Callable, pipeline: Pipeline, batch: list, report: Ing
                         outcome, fragments = write_document(conn, pipeline, item, pending)
                 except (PgbraidError, psycopg.DataError, psycopg.IntegrityError) as exc:
                     message = exc.message if isinstance(exc, PgbraidError) else str(exc).split("\n")[0]
-                    report.failed.append(ReadError(item.source or item.id, message))
+                    report.failed.append(ReadError(item.doc.source or item.doc.id, message))
                 else:
                     written.extend(pending)
                     setattr(report, outcome, getattr(report, outcome) + 1)

@@ -8,12 +8,15 @@ from .bm25 import BM25
 from .fulltext import FullText
 from .fuzzy import Fuzzy
 from .relational import Relational
+from .vector import MMR, Similarity
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in [
     FullText(),
     Fuzzy(),
     BM25(),
     Relational(),
+    Similarity(),
+    MMR(),
 ]}
 ALIASES: dict[str, str] = {"search": "bm25"}
 

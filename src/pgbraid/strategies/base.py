@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import psycopg
 
@@ -36,6 +36,7 @@ class Row:
     language: str
     score: float
     matched_terms: list[str] | None = None
+    mmr_score: float | None = None
 
 
 @dataclass
@@ -55,6 +56,8 @@ class Context:
     pgsearch: bool = False
     age: bool = False
     extensions: frozenset[str] = frozenset()
+    embedder: Callable[[str], Any] | None = None
+    """Name -> loaded embedder (the client's cache)."""
 
 
 class Strategy(ABC):

@@ -21,13 +21,14 @@ Query path (two round trips plus one per verification round):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row
+from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled
 from ..ingest.language import detect
@@ -42,40 +43,37 @@ DEFAULT_B = 0.4
 ENGINES = ("auto", "pgbraid", "pg_search")
 
 _STATS = """
-WITH q AS (
-    SELECT q.lexeme, array_length(q.positions, 1) AS qtf, coalesce(t.df, 0) AS df
-    FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
-    LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s AND t.term = q.lexeme)
 SELECT s.fragments, s.total_length, s.next_ordinal,
        (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
-         WHERE pipeline_id = %(pipeline)s) AS dead,
-       (SELECT coalesce(array_agg(lexeme ORDER BY lexeme), '{}') FROM q) AS terms,
-       (SELECT coalesce(array_agg(qtf ORDER BY lexeme), '{}') FROM q) AS qtfs,
-       (SELECT coalesce(array_agg(df ORDER BY lexeme), '{}') FROM q) AS dfs
-FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s
+         WHERE pipeline_id = %(pipeline)s::bigint) AS dead
+FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint
 """
 
-_POSTINGS = """
-SELECT term, ordinals, tfs, lengths FROM pgbraid.bm25_postings
-WHERE pipeline_id = %(pipeline)s AND term = ANY(%(terms)s)
+# One row per (query term, segment); a term absent from the pipeline has df 0
+# and no postings. Sent together with _STATS: one round trip.
+_TERMS = """
+WITH q AS (
+    SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, coalesce(t.df, 0) AS df
+    FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
+    LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s::bigint AND t.term = q.lexeme)
+SELECT q.term, q.qtf, q.df, p.ordinals, p.tfs, p.lengths
+FROM q LEFT JOIN pgbraid.bm25_postings p
+     ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term
+ORDER BY q.term
 """
 
-# Candidates drive the join so each is one probe of (pipeline_id, bm25_ordinal);
-# the scope needs only fragment columns, so verification reads no text.
-_IN_SCOPE = """
-SELECT f.bm25_ordinal
-FROM unnest(%(candidates)s::int[]) AS c(ordinal)
-     JOIN pgbraid.fragments f ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.bm25_ordinal = c.ordinal
-WHERE {scope}
-"""
-
-_HITS = """
-SELECT {columns}, f.bm25_ordinal AS ordinal,
-       ARRAY(SELECT t FROM unnest(f.bm25_terms) AS t WHERE t = ANY(%(terms)s)) AS matched_terms
-FROM pgbraid.fragments f
+# Candidates arrive in score order; the first k in scope, with their columns,
+# in one statement. Each candidate is one probe of (pipeline_id, bm25_ordinal).
+_VERIFY = """
+SELECT {columns}, f.bm25_ordinal AS ordinal
+FROM unnest(%(candidates)s::int[]) WITH ORDINALITY AS c(ordinal, position)
+     JOIN pgbraid.fragments f
+       ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.bm25_ordinal = c.ordinal
      JOIN pgbraid.versions v ON v.id = f.version_id
      JOIN pgbraid.documents d ON d.id = f.document_id
-WHERE f.pipeline_id = %(pipeline)s::bigint AND f.bm25_ordinal = ANY(%(ordinals)s::int[])
+WHERE {scope}
+ORDER BY c.position
+LIMIT %(k)s
 """
 
 
@@ -131,59 +129,75 @@ class BM25(Strategy):
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
         config = detect(request.query, default=pipeline.language)
         params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query)}
-        n, total, size, dead, terms, qtfs, dfs = conn.execute(_STATS, params).fetchone()
+        # These statements are index probes whatever the values: plan them once per
+        # connection (planning cost 2-3 ms each, more than their execution).
+        conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+        with conn.cursor() as stats, conn.cursor(binary=True) as postings:
+            stats.execute(_STATS, params)
+            postings.execute(_TERMS, params)
+            n, total, size, dead = stats.fetchone()
+            rows = postings.fetchall()
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
+        terms = list(dict.fromkeys(r[0] for r in rows))
         if not terms:
             details.update(terms=[], explanation="the query has no searchable words "
                            "(only stop words or punctuation)")
             return Outcome([], details)
-        scores, postings = _score(conn, pipeline.id, dict(zip(terms, qtfs)),
-                                  dict(zip(terms, dfs)), n, total, size, k1, b)
-        term_info = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
-                     for t, q, df in zip(terms, qtfs, dfs)]
-        details.update(terms=term_info, postings_scored=postings)
+        scores, read, postings = _score(rows, n, total, size, k1, b)
+        details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
+                            for t, q, df in dict.fromkeys((r[0], r[1], r[2]) for r in rows)]
+        details["postings_scored"] = read
         if len(dead):
             scores[np.asarray(dead, dtype=np.int64)] = 0.0
-        rows, checked, rounds = _verify(conn, scores, terms, scope, k)
-        details.update(candidates_checked=checked, verify_rounds=rounds, rows=len(rows))
-        if not rows:
+        hits, checked, rounds = _verify(conn, scores, scope, k)
+        hits = [_with_matched_terms(hit, ordinal, postings) for hit, ordinal in hits]
+        details.update(candidates_checked=checked, verify_rounds=rounds, rows=len(hits))
+        if not hits:
             details["explanation"] = ("no query term occurs in any fragment in scope"
-                                      if postings == 0 else "no matching fragment is in scope")
-        return Outcome(rows, details)
+                                      if read == 0 else "no matching fragment is in scope")
+        return Outcome(hits, details)
 
 
-def _score(conn: psycopg.Connection, pipeline_id: int, qtf: dict[str, int], df: dict[str, int],
-           n: int, total: int, size: int, k1: float, b: float) -> tuple[np.ndarray, int]:
-    """Score every posting of the query's terms; returns (scores by ordinal, postings read)."""
+def _score(rows: list[tuple], n: int, total: int, size: int, k1: float,
+           b: float) -> tuple[np.ndarray, int, dict[str, list[np.ndarray]]]:
+    """Score every posting of the query's terms.
+
+    Returns the scores by ordinal, the number of postings read, and each term's
+    ordinals (to tell which terms matched a hit without asking the database).
+    """
     avgdl = total / n if n else 1.0
     scores = np.zeros(max(size, 1), dtype=np.float32)
-    postings = 0
-    terms = [t for t in qtf if df[t] > 0]
-    if not terms:
-        return scores, 0
-    with conn.cursor(binary=True) as cur:
-        cur.execute(_POSTINGS, {"pipeline": pipeline_id, "terms": terms})
-        for term, ordinals, tfs, lengths in cur:
-            ords = np.frombuffer(ordinals, dtype="<i4")
-            scores[ords] += term_scores(np.frombuffer(tfs, "<u2"), np.frombuffer(lengths, "<u2"),
-                                        weight=qtf[term] * idf(df[term], n), k1=k1, b=b, avgdl=avgdl)
-            postings += len(ords)
-    return scores, postings
+    postings: dict[str, list[np.ndarray]] = {}
+    read = 0
+    for term, qtf, df, ordinals, tfs, lengths in rows:
+        if df <= 0 or ordinals is None:
+            continue
+        ords = np.frombuffer(ordinals, dtype="<i4")
+        scores[ords] += term_scores(np.frombuffer(tfs, "<u2"), np.frombuffer(lengths, "<u2"),
+                                    weight=qtf * idf(df, n), k1=k1, b=b, avgdl=avgdl)
+        postings.setdefault(term, []).append(ords)
+        read += len(ords)
+    return scores, read, postings
 
 
-def _verify(conn: psycopg.Connection, scores: np.ndarray, terms: list[str], scope: Scope,
-            k: int) -> tuple[list[Row], int, int]:
-    """The k best in-scope fragments: check candidates in score order, widening each round."""
-    positive = np.flatnonzero(scores > 0)
-    if not len(positive) or k == 0:
+def _with_matched_terms(row: Row, ordinal: int, postings: dict[str, list[np.ndarray]]) -> Row:
+    matched = [t for t, arrays in postings.items() if any((a == ordinal).any() for a in arrays)]
+    return dataclasses.replace(row, matched_terms=matched)
+
+
+def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope,
+            k: int) -> tuple[list[tuple[Row, int]], int, int]:
+    """The k best in-scope fragments (with their ordinals): candidates in score order,
+    widening each round."""
+    remaining = np.flatnonzero(scores > 0)
+    if not len(remaining) or k == 0:
         return [], 0, 0
     where, params = scope.where("f")
-    statement = sql.SQL(_IN_SCOPE).format(scope=where)
-    kept: list[int] = []
-    start, width, rounds = 0, max(4 * k, 32), 0
-    remaining = positive
-    while len(kept) < k and len(remaining):
+    statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+    found: list[tuple[Row, int]] = []
+    checked, width, rounds = 0, max(4 * k, 32), 0
+    while len(found) < k and len(remaining):
         # Only the best `width` of what is left need sorting this round.
         if len(remaining) > width:
             top = np.argpartition(-scores[remaining], width - 1)[:width]
@@ -192,19 +206,11 @@ def _verify(conn: psycopg.Connection, scores: np.ndarray, terms: list[str], scop
             batch, remaining = remaining, remaining[:0]
         batch = batch[np.lexsort((batch, -scores[batch]))]
         rounds += 1
-        allowed = {r[0] for r in conn.execute(statement, {**params, "candidates": batch.tolist()})}
-        kept.extend(int(o) for o in batch if int(o) in allowed)
-        start += len(batch)
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(statement, {**params, "candidates": batch.tolist(), "k": k - len(found)})
+            for row in cur.fetchall():
+                ordinal = row.pop("ordinal")
+                found.append((Row(**row, score=float(scores[ordinal])), ordinal))
+        checked += len(batch)
         width *= 8
-    winners = kept[:k]
-    with conn.cursor() as cur:
-        cur.execute(sql.SQL(_HITS).format(columns=sql.SQL(HIT_COLUMNS)),
-                    {"pipeline": scope.pipeline_id, "terms": terms, "ordinals": winners})
-        columns = [c.name for c in cur.description]
-        rows = {r["ordinal"]: r for r in (dict(zip(columns, row)) for row in cur)}
-    return [_row(rows[o], float(scores[o])) for o in winners], start, rounds
-
-
-def _row(row: dict[str, Any], score: float) -> Row:
-    row.pop("ordinal")
-    return Row(**row, score=score)
+    return found, checked, rounds

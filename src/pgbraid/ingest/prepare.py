@@ -1,0 +1,79 @@
+"""Turn a source document into fragments ready to write: chunks, languages, hashes.
+
+Pure Python (no database), so it can run ahead of the writer; the embedding
+of a batch overlaps the writing of the previous one (see writer.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidRequest
+from ..models import DEFAULT_CLASSIFICATION
+from ..pipelines import Pipeline
+from .chunking import Chunk, chunk
+from .language import config_for, detect
+from .readers import SourceDocument
+from .tokens import expand_code
+
+
+@dataclass
+class Piece:
+    text: str
+    section: str | None
+    config: str
+    bm25_text: str
+    content_hash: str
+    """Hash of the text that is embedded: a piece with the same hash reuses its vector."""
+
+
+@dataclass
+class Prepared:
+    doc: SourceDocument
+    classifications: tuple[str, ...]
+    digest: str
+    pieces: list[Piece]
+    vectors: np.ndarray | None = None
+    needs_embedding: list[int] = field(default_factory=list)
+
+    def embedding_inputs(self) -> list[str]:
+        return [embedding_text(self.doc.title, self.pieces[i].text) for i in self.needs_embedding]
+
+
+def embedding_text(title: str | None, text: str) -> str:
+    return f"{title}\n{text}" if title else text
+
+
+def content_hash(doc: SourceDocument, classifications: tuple[str, ...]) -> str:
+    canonical = json.dumps([doc.title, doc.text, doc.metadata, list(classifications), doc.language,
+                            doc.embedding], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def prepare(doc: SourceDocument, pipeline: Pipeline) -> Prepared:
+    classifications = doc.classifications or (DEFAULT_CLASSIFICATION,)
+    doc_config = _document_config(doc, pipeline)
+    # A supplied vector describes the whole text: such a document is one fragment.
+    chunks = ([Chunk(doc.text, None)] if doc.embedding is not None
+              else chunk(doc.text, target=pipeline.chunk_size))
+    pieces = []
+    for piece in chunks:
+        config = doc_config if doc.language else detect(piece.text, default=doc_config)
+        embedded = embedding_text(doc.title, piece.text)
+        pieces.append(Piece(piece.text, piece.section, config,
+                            expand_code(f"{doc.title or ''}\n{piece.text}"),
+                            hashlib.sha256(embedded.encode()).hexdigest()))
+    return Prepared(doc, classifications, content_hash(doc, classifications), pieces)
+
+
+def _document_config(doc: SourceDocument, pipeline: Pipeline) -> str:
+    if doc.language:
+        config = config_for(doc.language)
+        if config is None:
+            raise InvalidRequest(f"unknown language {doc.language!r}", field="language")
+        return config
+    return detect(doc.text, default=pipeline.language, min_confidence=0.5)

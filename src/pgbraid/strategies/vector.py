@@ -1,0 +1,194 @@
+"""similarity and mmr: nearest fragments by embedding, over pgvector HNSW.
+
+similarity: the k fragments closest to the query vector under
+``distance_strategy`` (cosine by default, euclidean-distance, dot-product);
+``score`` is that distance, lower is closer (seed 003's table). The statement
+orders by the distance operator itself with LIMIT, so the pipeline's HNSW
+index for that strategy serves it; pgvector 0.8's iterative scan (strict
+order) keeps scanning until k rows pass the scope filter.
+
+mmr: the ``fetch_k`` nearest candidates, then maximal marginal relevance in
+numpy: each step picks argmax of lambda * sim(query, c) - (1 - lambda) *
+max sim(c, selected), with similarities derived for each strategy on one
+scale (cosine: 1 - distance; dot-product: the inner product; euclidean: the
+negative distance), so euclidean ranks as intended. Results come in selection
+order with both the distance (``score``) and the MMR value (``mmr_score``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from ..errors import BackendUnavailable, InvalidRequest, NotEnabled
+from ..models import SearchRequest
+from ..pipelines import Pipeline
+from ..scope import Scope
+from ..vectors import Distance, check_vector, distance
+from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+
+_NEAREST = """
+SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}
+FROM pgbraid.embeddings e
+     JOIN pgbraid.fragments f ON f.id = e.fragment_id
+     JOIN pgbraid.versions v ON v.id = f.version_id
+     JOIN pgbraid.documents d ON d.id = f.document_id
+WHERE e.pipeline_id = {pipeline} AND e.current AND {scope}
+ORDER BY e.embedding::vector({dim}) {op} %(query)s::vector({dim})
+LIMIT %(k)s
+"""
+
+
+def _number(request: SearchRequest, name: str, default: Any, low: float, high: float | None) -> Any:
+    value = request.params.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (
+            high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise InvalidRequest(f"params.{name} must be a number {bound}", field=name)
+    return value
+
+
+class _Vector(Strategy):
+    def validate(self, request: SearchRequest, context: Context) -> None:
+        distance(request.distance_strategy)
+        _number(request, "threshold", None, float("-inf"), None)
+        embedder = request.params.get("embedder")
+        if embedder is not None and not isinstance(embedder, str):
+            raise InvalidRequest("params.embedder must be a name", field="embedder")
+
+    def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
+        if "vector" not in context.extensions:
+            return "the pgvector extension is not installed on this server"
+        if not pipeline.embedder:
+            return f"pipeline {pipeline.name!r} has no embedder (created with embedder 'none')"
+        return None
+
+    def query_vector(self, pipeline: Pipeline, request: SearchRequest,
+                     context: Context) -> tuple[np.ndarray, float]:
+        """The query's vector (supplied in params.vector, or embedded) and the ms it took."""
+        asked = request.params.get("embedder")
+        if asked is not None and asked != pipeline.embedder:
+            raise InvalidRequest(f"pipeline {pipeline.name!r} was embedded with "
+                                 f"{pipeline.embedder!r}, not {asked!r}: its vectors are not "
+                                 "comparable", field="embedder")
+        if "vector" in request.params:
+            return check_vector(request.params["vector"], pipeline.dimension or 0, "params.vector"), 0.0
+        import time
+
+        started = time.perf_counter()
+        try:
+            vector = context.embedder(pipeline.embedder).embed_query(request.query)
+        except BackendUnavailable:
+            raise
+        except Exception as exc:  # the model failing is the backend being unavailable
+            raise BackendUnavailable(f"embedder {pipeline.embedder!r} failed: {exc}") from exc
+        return vector, (time.perf_counter() - started) * 1000
+
+    def nearest(self, conn: psycopg.Connection, pipeline: Pipeline, scope: Scope, vector: np.ndarray,
+                strategy: Distance, k: int, *, with_vectors: bool = False) -> list[dict]:
+        # Enough candidates per index pass, and keep scanning (in exact order) when the
+        # scope filters rows out: filtered searches still return k when k exist.
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true),"
+                     " set_config('hnsw.iterative_scan', 'strict_order', true)",
+                     (str(min(1000, max(40, k))),))
+        where, params = scope.where("f")
+        dim = sql.Literal(pipeline.dimension)
+        statement = sql.SQL(_NEAREST).format(
+            columns=sql.SQL(HIT_COLUMNS), dim=dim, op=sql.SQL(strategy.operator),
+            extra=sql.SQL(", e.embedding AS vector") if with_vectors else sql.SQL(""),
+            pipeline=sql.Literal(pipeline.id), scope=where)
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(statement, {**params, "query": vector, "k": k}).fetchall()
+
+
+class Similarity(_Vector):
+    name = "similarity"
+    description = "nearest fragments by embedding (pgvector HNSW), lower score is closer"
+
+    def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
+            scope: Scope, k: int, context: Context) -> Outcome:
+        strategy = distance(request.distance_strategy)
+        threshold = _number(request, "threshold", None, float("-inf"), None)
+        vector, embed_ms = self.query_vector(pipeline, request, context)
+        rows = [Row(**r) for r in self.nearest(conn, pipeline, scope, vector, strategy, k)]
+        if threshold is not None:
+            rows = [r for r in rows if r.score <= threshold]
+        return Outcome(rows, {"embedder": pipeline.embedder, "distance_strategy": strategy.name,
+                              "embed_ms": round(embed_ms, 3), "rows": len(rows),
+                              "threshold": threshold, "iterative_scan": "strict_order",
+                              "tuples_scanned": "not reported by pgvector"})
+
+
+class MMR(_Vector):
+    name = "mmr"
+    description = "maximal marginal relevance over the fetch_k nearest fragments"
+
+    def validate(self, request: SearchRequest, context: Context) -> None:
+        super().validate(request, context)
+        k = request.k
+        fetch_k = _number(request, "fetch_k", max(10, 2 * k), 0, 10_000)
+        if not isinstance(fetch_k, int):
+            raise InvalidRequest("params.fetch_k must be an integer", field="fetch_k")
+        if fetch_k < k:
+            raise InvalidRequest(f"params.fetch_k ({fetch_k}) must be at least k ({k})",
+                                 field="fetch_k")
+        _number(request, "lambda_mult", 0.5, 0.0, 1.0)
+
+    def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
+            scope: Scope, k: int, context: Context) -> Outcome:
+        strategy = distance(request.distance_strategy)
+        fetch_k = max(_number(request, "fetch_k", max(10, 2 * request.k), 0, 10_000), k)
+        lambda_mult = float(_number(request, "lambda_mult", 0.5, 0.0, 1.0))
+        threshold = _number(request, "threshold", None, float("-inf"), None)
+        vector, embed_ms = self.query_vector(pipeline, request, context)
+        candidates = self.nearest(conn, pipeline, scope, vector, strategy, fetch_k, with_vectors=True)
+        if threshold is not None:
+            candidates = [c for c in candidates if c["score"] <= threshold]
+        order, values = select(vector, candidates, strategy, lambda_mult, k)
+        rows = []
+        for i, value in zip(order, values):
+            record = dict(candidates[i])
+            record.pop("vector")
+            rows.append(Row(**record, mmr_score=value))
+        return Outcome(rows, {"embedder": pipeline.embedder, "distance_strategy": strategy.name,
+                              "embed_ms": round(embed_ms, 3), "fetch_k": fetch_k,
+                              "candidates": len(candidates), "lambda_mult": lambda_mult,
+                              "rows": len(rows)})
+
+
+def pairwise_distances(a: np.ndarray, b: np.ndarray, strategy: Distance) -> np.ndarray:
+    """Distances between rows of a and b, as pgvector computes them."""
+    if strategy.name == "cosine":
+        norms = np.linalg.norm(a, axis=1)[:, None] * np.linalg.norm(b, axis=1)[None, :]
+        return 1.0 - (a @ b.T) / np.maximum(norms, 1e-12)
+    if strategy.name == "dot-product":
+        return -(a @ b.T)
+    return np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0))
+
+
+def select(query: np.ndarray, candidates: list[dict], strategy: Distance, lambda_mult: float,
+           k: int) -> tuple[list[int], list[float]]:
+    """Greedy MMR; returns candidate indexes in selection order and their MMR values."""
+    if not candidates or k == 0:
+        return [], []
+    vectors = np.vstack([np.asarray(c["vector"], dtype=np.float64) for c in candidates])
+    relevance = strategy.similarity(np.asarray([c["score"] for c in candidates], dtype=np.float64))
+    among = strategy.similarity(pairwise_distances(vectors, vectors, strategy))
+    chosen: list[int] = []
+    values: list[float] = []
+    redundancy = np.full(len(candidates), -np.inf)
+    for _ in range(min(k, len(candidates))):
+        penalty = np.where(np.isfinite(redundancy), redundancy, 0.0) if chosen else 0.0
+        mmr = lambda_mult * relevance - (1.0 - lambda_mult) * penalty
+        mmr[chosen] = -np.inf
+        best = int(np.argmax(mmr))
+        chosen.append(best)
+        values.append(float(mmr[best]))
+        redundancy = np.maximum(redundancy, among[:, best])
+    return chosen, values
