@@ -44,7 +44,7 @@ def run() -> None:
         rows = list(csv.DictReader(handle))
     with connect() as client:
         if not has_pipeline(client, PIPELINE):
-            client.create_pipeline(PIPELINE)
+            client.create_pipeline(PIPELINE, embedder="none")
             client.ingest(PIPELINE, [{"id": r["symbols"].split()[0], "title": r["name"],
                                       "text": r["name"]} for r in rows])
         rng = random.Random(20261130)

@@ -44,7 +44,7 @@ def scifact_docs() -> list[dict]:
 def ensure_scifact(client) -> str:
     if not has_pipeline(client, SCIFACT):
         # One fragment per abstract, so fragment scores are document scores.
-        client.create_pipeline(SCIFACT, chunk_size=20_000)
+        client.create_pipeline(SCIFACT, chunk_size=20_000, embedder="none")
         report = client.ingest(SCIFACT, [{"id": d["_id"], "title": d["title"], "text": d["text"]}
                                          for d in scifact_docs()])
         console.print(f"ingested SciFact: {report.added} documents, {report.fragments} fragments")
@@ -54,7 +54,7 @@ def ensure_scifact(client) -> str:
 def ensure_big(client) -> str:
     if has_pipeline(client, BIG):
         return BIG
-    client.create_pipeline(BIG)
+    client.create_pipeline(BIG, embedder="none")
     rng = random.Random(7)
     report = client.ingest(BIG, [DATA / "godot_docs" / "godot_docs_rst.jsonl.gz"],
                            fields=_fields(id="path"))

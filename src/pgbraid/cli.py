@@ -98,11 +98,12 @@ def server_status(as_json: bool = JsonOpt) -> None:
 def pipeline_create(name: str, language: str = typer.Option("english", help="Default text-search language."),
                     fulltext: bool = typer.Option(True, "--fulltext/--no-fulltext"),
                     chunk_size: int = typer.Option(1000, help="Target fragment size in characters."),
+                    embedder: str = typer.Option("minilm", help="minilm | e5-multilingual | openai | none"),
                     as_json: bool = JsonOpt) -> None:
     """Create a pipeline."""
     with handled(as_json), connect() as client:
         info = client.create_pipeline(name, language=language, fulltext=fulltext,
-                                      chunk_size=chunk_size)
+                                      chunk_size=chunk_size, embedder=embedder)
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
 
 
@@ -256,6 +257,24 @@ def document(pipeline: str, document_id: str, version: Optional[int] = None,
         else:
             show_mapping(f"{document_id} v{body['version']}", {k: v for k, v in body.items() if k != "text"})
             console.print(body["text"])
+
+
+@app.command("embeddings-serve")
+def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-multilingual"),
+                     host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve a bundled embedder as an OpenAI-compatible /v1/embeddings endpoint."""
+    from . import embedders
+    from .embedders.server import make_server
+
+    with handled(False):
+        if embedder not in ("minilm", "e5-multilingual"):
+            raise InvalidRequest("--embedder must be minilm or e5-multilingual")
+        server = make_server(embedders.get(embedder), host, port)
+        console.print(f"serving {embedder} on http://{host}:{server.server_port}/v1/embeddings")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            server.server_close()
 
 
 @app.command()

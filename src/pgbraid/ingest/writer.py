@@ -257,7 +257,9 @@ def _assign_vectors(p: Prepared, pipeline: Pipeline, reusable: dict) -> None:
         return
     for i, piece in enumerate(p.pieces):
         if piece.content_hash in reusable:
-            p.vectors[i] = np.asarray(reusable[piece.content_hash], dtype=np.float32)
+            known = reusable[piece.content_hash]
+            p.vectors[i] = np.asarray(known.to_numpy() if hasattr(known, "to_numpy") else known,
+                                      dtype=np.float32)
         else:
             p.needs_embedding.append(i)
 

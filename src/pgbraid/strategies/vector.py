@@ -162,6 +162,12 @@ class MMR(_Vector):
                               "rows": len(rows)})
 
 
+def _array(value: Any) -> np.ndarray:
+    """pgvector's Vector (or a plain sequence) as float64."""
+    to_numpy = getattr(value, "to_numpy", None)
+    return np.asarray(to_numpy() if to_numpy else value, dtype=np.float64)
+
+
 def pairwise_distances(a: np.ndarray, b: np.ndarray, strategy: Distance) -> np.ndarray:
     """Distances between rows of a and b, as pgvector computes them."""
     if strategy.name == "cosine":
@@ -177,7 +183,7 @@ def select(query: np.ndarray, candidates: list[dict], strategy: Distance, lambda
     """Greedy MMR; returns candidate indexes in selection order and their MMR values."""
     if not candidates or k == 0:
         return [], []
-    vectors = np.vstack([np.asarray(c["vector"], dtype=np.float64) for c in candidates])
+    vectors = np.vstack([_array(c["vector"]) for c in candidates])
     relevance = strategy.similarity(np.asarray([c["score"] for c in candidates], dtype=np.float64))
     among = strategy.similarity(pairwise_distances(vectors, vectors, strategy))
     chosen: list[int] = []
