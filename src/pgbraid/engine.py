@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from . import pipelines, strategies
+from . import hybrid, pipelines, strategies
 from .db.database import Database
 from .errors import NotEnabled
 from .models import Hit, SearchRequest, SearchResponse, Trace, TraceEntry, parse_search_request
@@ -33,12 +33,21 @@ class Engine:
         if isinstance(body, SearchRequest):
             body = body.model_dump()
         request = parse_search_request(body, max_query_chars=self.max_query_chars, max_k=self.max_k)
-        strategies.get(request.type).validate(request, self.context)
+        if request.type in hybrid.TYPES:
+            hybrid.validate(request, self)
+        else:
+            strategies.get(request.type).validate(request, self.context)
         validate_filters(request.filters)
         return request
 
+    def context_with_extensions(self) -> Context:
+        self.db.open()
+        return dataclasses.replace(self.context, extensions=self.db.extensions)
+
     def search(self, pipeline_name: str, body: dict[str, Any] | SearchRequest) -> SearchResponse:
         request = self.parse(body)
+        if request.type in hybrid.TYPES:
+            return hybrid.search(self, pipeline_name, request)
         strategy = strategies.get(request.type)
         if not strategy.touches_database:
             return self._respond(pipeline_name, request, strategy, strategy.run(

@@ -25,6 +25,6 @@ def get(name: str) -> Strategy:
     key = ALIASES.get(name, name)
     strategy = REGISTRY.get(key)
     if strategy is None:
-        known = ", ".join(sorted([*REGISTRY, *ALIASES]))
+        known = ", ".join(sorted([*REGISTRY, *ALIASES, "hybrid", "auto"]))
         raise InvalidRequest(f"unknown search type {name!r}; use one of: {known}", field="type")
     return strategy

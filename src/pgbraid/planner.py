@@ -1,0 +1,103 @@
+"""The auto planner: from the query's shape to a mix of strategies and weights.
+
+- exact identifiers (CVE/CWE/GHSA ids, ATT&CK ids, hashes, IPs, domains, file
+  paths, code identifiers, quoted phrases) weigh lexical strategies, add an
+  exact ``fulltext`` leg over the identifiers, and promote hits that contain
+  them verbatim;
+- natural-language questions weigh ``similarity``;
+- short capitalised names add ``fuzzy``;
+- a known entity name adds ``graph`` when the pipeline has a graph.
+The plan and the reasons are reported in the trace.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+IDENTIFIERS = {
+    "cve": re.compile(r"\bCVE-\d{4}-\d{4,7}\b", re.I),
+    "cwe": re.compile(r"\bCWE-\d{1,5}\b", re.I),
+    "advisory": re.compile(r"\b(?:GHSA(?:-[23456789cfghjmpqrvwx]{4}){3}|[A-Z]{2,5}SA-\d{4}:\d+)\b", re.I),
+    "attack": re.compile(r"\b[TGS]\d{4}(?:\.\d{3})?\b"),
+    "hash": re.compile(r"\b(?:[a-fA-F0-9]{64}|[a-fA-F0-9]{40}|[a-fA-F0-9]{32})\b"),
+    "ip": re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b"),
+    "domain": re.compile(r"\b(?:[a-z0-9-]+(?:\[\.\]|\.))+(?:com|net|org|io|ru|cn|info|biz|xyz|top|"
+                         r"gov|edu|de|uk|fr|jp|kr|in|br|co|me|app|dev|online|site)\b", re.I),
+    "path": re.compile(r"(?:(?<=\s)|^)(?:/[\w.-]+){2,}|\b[A-Za-z]:\\[\w\\. -]+"),
+    # snake_case, camelCase, PascalCase with a digit (AnimatedSprite2D, not PowerShell), calls
+    "code": re.compile(r"\b[a-z]+_[a-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b|"
+                       r"\b[A-Z][a-z]+[A-Z][A-Za-z]*\d\w*\b|\b\w+\.\w+\(\)|\b\w+\(\)"),
+    "quoted": re.compile(r"\"([^\"]{2,200})\""),
+}
+QUESTION = re.compile(r"^(?:who|what|when|where|why|which|how|is|are|can|could|does|do|should|"
+                      r"would|will|did)\b", re.I)
+NAME = re.compile(r"^(?:[A-Z][\w&.,'-]*)(?:\s+(?:[A-Z][\w&.,'-]*|&|and|of|de|the)){0,5}$")
+
+
+@dataclass(frozen=True)
+class Leg:
+    strategy: str
+    weight: float = 1.0
+    query: str | None = None
+    """A query of its own (the exact-identifier leg), else the request's."""
+
+
+@dataclass
+class Plan:
+    legs: list[Leg]
+    reasons: list[str] = field(default_factory=list)
+    identifiers: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"legs": [{"strategy": l.strategy, "weight": l.weight,
+                          **({"query": l.query} if l.query else {})} for l in self.legs],
+                "reasons": self.reasons, "identifiers": self.identifiers}
+
+
+def identifiers(query: str) -> list[tuple[str, str]]:
+    """(kind, text) of every exact identifier in the query, longest first, no overlaps."""
+    found: list[tuple[int, int, str, str]] = []
+    for kind, pattern in IDENTIFIERS.items():
+        for match in pattern.finditer(query):
+            text = match.group(1) if kind == "quoted" else match.group(0)
+            start, end = match.span()
+            if not any(s <= start < e or start <= s < end for s, e, _, _ in found):
+                found.append((start, end, kind, text.replace("[.]", ".")))
+    return [(kind, text) for _, _, kind, text in sorted(found)]
+
+
+def looks_like_name(query: str) -> bool:
+    words = query.split()
+    return 1 <= len(words) <= 6 and bool(NAME.match(query.strip())) and not query.strip().endswith("?")
+
+
+def plan(query: str, *, graph: bool = False) -> Plan:
+    found = identifiers(query)
+    words = re.findall(r"[^\W\d_]{2,}", query)
+    question = bool(QUESTION.match(query.strip())) or query.strip().endswith("?")
+    if found:
+        exact = [text for kind, text in found]
+        rest = query
+        for text in exact:
+            rest = rest.replace(text, " ")
+        only_identifiers = len(re.findall(r"[^\W\d_]{3,}", rest)) == 0
+        legs = [Leg("fulltext", 2.0, " OR ".join(f'"{t}"' for t in exact))]
+        if not only_identifiers:
+            legs.append(Leg("bm25", 1.5))
+        legs.append(Leg("similarity", 0.5))
+        kinds = sorted({kind for kind, _ in found})
+        return Plan(legs, [f"exact identifiers ({', '.join(kinds)}): lexical legs weigh most, "
+                           "hits holding them verbatim come first"], exact)
+    if question or len(words) >= 6:
+        return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
+                    ["natural-language question: semantic leg weighs most"])
+    legs = [Leg("bm25", 1.0), Leg("similarity", 1.0)]
+    reasons = ["keywords: lexical and semantic legs weigh the same"]
+    if looks_like_name(query):
+        legs.append(Leg("fuzzy", 1.0))
+        reasons.append("looks like a name: fuzzy catches misspellings")
+        if graph:
+            legs.append(Leg("graph", 1.0))
+            reasons.append("a graph exists: graph finds the entity's relationships")
+    return Plan(legs, reasons)
