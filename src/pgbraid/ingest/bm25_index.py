@@ -41,15 +41,16 @@ UPDATE pgbraid.bm25_stats SET
 WHERE pipeline_id = %(pipeline)s
 """
 
+# Large arrays go in binary (%b): psycopg's text array dumper quotes element by element.
 _INSERT_POSTINGS = """
 INSERT INTO pgbraid.bm25_postings (pipeline_id, segment, term, postings, ordinals, tfs, lengths)
-SELECT %(pipeline)s, %(segment)s, * FROM unnest(%(terms)s::text[], %(counts)s::int[],
-    %(ordinals)s::bytea[], %(tfs)s::bytea[], %(lengths)s::bytea[])
+SELECT %(pipeline)s, %(segment)s, * FROM unnest(%(terms)b::text[], %(counts)b::int[],
+    %(ordinals)b::bytea[], %(tfs)b::bytea[], %(lengths)b::bytea[])
 """
 
 _ADD_DF = """
 INSERT INTO pgbraid.bm25_terms (pipeline_id, term, df)
-SELECT %(pipeline)s, term, n FROM unnest(%(terms)s::text[], %(counts)s::int[]) AS x(term, n)
+SELECT %(pipeline)s, term, n FROM unnest(%(terms)b::text[], %(counts)b::int[]) AS x(term, n)
 ORDER BY term
 ON CONFLICT (pipeline_id, term) DO UPDATE SET df = pgbraid.bm25_terms.df + EXCLUDED.df
 """

@@ -47,11 +47,13 @@ def config_for(language: str | None) -> str | None:
 
 
 def _unsupported_script(text: str) -> bool:
-    letters = [ch for ch in text[:2000] if ch.isalpha()]
+    if text.isascii():
+        return False
+    letters = [ch for ch in text[:500] if ch.isalpha() and not ch.isascii()]
     if not letters:
         return False
     foreign = sum(1 for ch in letters if unicodedata.name(ch, "").startswith(_UNSUPPORTED_SCRIPTS))
-    return foreign / len(letters) > 0.3
+    return foreign / max(1, sum(1 for ch in text[:500] if ch.isalpha())) > 0.3
 
 
 def detect(text: str, *, default: str, min_confidence: float = 0.9, min_words: int = 3) -> str:

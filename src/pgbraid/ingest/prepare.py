@@ -62,7 +62,9 @@ def prepare(doc: SourceDocument, pipeline: Pipeline) -> Prepared:
               else chunk(doc.text, target=pipeline.chunk_size))
     pieces = []
     for piece in chunks:
-        config = doc_config if doc.language else detect(piece.text, default=doc_config)
+        # One fragment: the document's detection already read this text.
+        config = (doc_config if doc.language or len(chunks) == 1
+                  else detect(piece.text, default=doc_config))
         embedded = embedding_text(doc.title, piece.text)
         pieces.append(Piece(piece.text, piece.section, config,
                             expand_code(f"{doc.title or ''}\n{piece.text}"),
