@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from . import documents, embedders, pipelines, vectors
+from . import documents, embedders, grounding, pipelines, sources, vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import NotEnabled
+from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
@@ -139,6 +139,58 @@ class Client:
     def versions(self, pipeline: str, document_id: str) -> list[dict[str, Any]]:
         with self.session() as conn:
             return documents.versions(conn, pipelines.get(conn, pipeline), document_id)
+
+    # -- entity sources and grounding ----------------------------------------------
+
+    def add_source(self, name: str, *, table: str, key: str, text: list[str] | str,
+                   scope: list[str] | str = (), schema: str = "public", language: str = "english",
+                   create_indexes: bool = False) -> dict[str, Any]:
+        """Register a table of your own as an entity source (checked against the catalog)."""
+        text = [text] if isinstance(text, str) else list(text)
+        scope = [scope] if isinstance(scope, str) else list(scope)
+        with self.db.admin() as admin:
+            source = sources.check(admin, name, table=table, key=key, text=text, scope=scope,
+                                   schema=schema, language=language)
+        with self.session() as conn:
+            sources.add(conn, source)
+        if create_indexes:
+            with self.db.admin() as admin:
+                sources.create_indexes(admin, source)
+        return self.source(name)
+
+    def source(self, name: str) -> dict[str, Any]:
+        with self.session() as conn:
+            source = sources.get(conn, name)
+        with self.db.admin() as admin:
+            missing = sources.missing_indexes(admin, source)
+        return {**source.as_dict(), "missing_indexes": missing}
+
+    def sources(self) -> list[dict[str, Any]]:
+        with self.session() as conn:
+            return [s.as_dict() for s in sources.list_all(conn)]
+
+    def search_source(self, name: str, query: str, *, type: str = "fuzzy",
+                      scope: dict[str, Any] | None = None, k: int = 10) -> list[dict[str, Any]]:
+        """fuzzy, fulltext, bm25 (or exact) over an entity source's text within scope values."""
+        if type not in grounding.TEMPLATES:
+            raise InvalidRequest(f"type must be one of {', '.join(grounding.TEMPLATES)}", field="type")
+        if not isinstance(k, int) or not 1 <= k <= self.settings.max_k:
+            raise InvalidRequest(f"k must be from 1 to {self.settings.max_k}", field="k")
+        with self.session() as conn:
+            source = sources.get(conn, name)
+        with self.db.admin() as admin:
+            return grounding.candidates(admin, source, type, query, scope or {},
+                                        self.settings.statement_timeout_ms, limit=k)
+
+    def ground(self, entity: str, value: str, *, scope: dict[str, Any] | None = None,
+               strategies: list[str] | None = None) -> dict[str, Any]:
+        """Resolve value to one entity: resolved, clarification_needed or not_found."""
+        def load():
+            with self.session() as conn:
+                return sources.get(conn, entity), self.db.admin
+        return grounding.ground(load, entity, value, scope=scope, strategies=strategies,
+                                gates=grounding.Gates(pgsearch=self.settings.pgsearch),
+                                timeout_ms=self.settings.statement_timeout_ms)
 
     def close(self) -> None:
         self.db.close()
