@@ -28,6 +28,8 @@ server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL ser
 pipeline_app = typer.Typer(no_args_is_help=True, help="Create and inspect pipelines.")
 app.add_typer(server_app, name="server")
 app.add_typer(pipeline_app, name="pipeline")
+edges_app = typer.Typer(no_args_is_help=True, help="A pipeline's graph: vertices and edges.")
+app.add_typer(edges_app, name="edges")
 source_app = typer.Typer(no_args_is_help=True, help="Entity sources: your own tables, for grounding.")
 app.add_typer(source_app, name="source")
 
@@ -259,6 +261,36 @@ def document(pipeline: str, document_id: str, version: Optional[int] = None,
         else:
             show_mapping(f"{document_id} v{body['version']}", {k: v for k, v in body.items() if k != "text"})
             console.print(body["text"])
+
+
+# -- graph ------------------------------------------------------------------------
+
+@edges_app.command("load")
+def edges_load(pipeline: str, vertices: Optional[Path] = typer.Option(None, help="JSONL or TSV"),
+               edges: Optional[Path] = typer.Option(None, help="JSONL or TSV"),
+               as_json: bool = JsonOpt) -> None:
+    """Load vertices and edges, all or nothing (bad lines are reported with line numbers)."""
+    with handled(as_json), connect() as client:
+        if vertices is None and edges is None:
+            raise InvalidRequest("give --vertices and/or --edges")
+        body = client.load_graph(pipeline, vertices=vertices, edges=edges)
+        emit(body) if as_json else show_mapping("loaded", body)
+
+
+@edges_app.command("show")
+def edges_show(pipeline: str, as_json: bool = JsonOpt) -> None:
+    """Vertex and edge counts by type."""
+    with handled(as_json), connect() as client:
+        body = client.graph_summary(pipeline)
+        emit(body) if as_json else show_mapping(f"graph of {pipeline}", body)
+
+
+@edges_app.command("delete-vertex")
+def edges_delete_vertex(pipeline: str, vertex_type: str, key: str, as_json: bool = JsonOpt) -> None:
+    """Delete a vertex and its edges."""
+    with handled(as_json), connect() as client:
+        client.delete_vertex(pipeline, vertex_type, key)
+        emit({"deleted": f"{vertex_type}:{key}"}) if as_json else console.print("deleted")
 
 
 # -- entity sources and grounding -------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from . import documents, embedders, grounding, pipelines, sources, vectors
+from . import documents, embedders, graph, grounding, pipelines, sources, vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
@@ -139,6 +139,41 @@ class Client:
     def versions(self, pipeline: str, document_id: str) -> list[dict[str, Any]]:
         with self.session() as conn:
             return documents.versions(conn, pipelines.get(conn, pipeline), document_id)
+
+    # -- graph ----------------------------------------------------------------------
+
+    def load_graph(self, pipeline: str, *, vertices: Path | str | None = None,
+                   edges: Path | str | None = None) -> dict[str, int]:
+        """Load vertex and edge files (JSONL or TSV), all or nothing."""
+        data = graph.GraphLoad()
+        if vertices:
+            graph.read_vertices(Path(vertices), data)
+        if edges:
+            graph.read_edges(Path(edges), data)
+        with self.session() as conn:
+            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+
+    def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
+                           edges: list[tuple] = ()) -> dict[str, int]:
+        """Load in-memory vertices (type, key, label, documents) and edges
+        (src_type, src, type, dst_type, dst[, weight])."""
+        data = graph.GraphLoad(vertices=[(t, str(k), l, list(d)) for t, k, l, d in vertices])
+        for n, edge in enumerate(edges, start=1):
+            weight = float(edge[5]) if len(edge) > 5 else 1.0
+            if (edge[0], str(edge[1])) == (edge[3], str(edge[4])):
+                data.errors.append(f"record {n}: self-loop on {edge[0]}:{edge[1]}")
+            data.edges.append((edge[0], str(edge[1]), edge[2], edge[3], str(edge[4]), weight, True,
+                               f"record {n}"))
+        with self.session() as conn:
+            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+
+    def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
+        with self.session() as conn:
+            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+
+    def graph_summary(self, pipeline: str) -> dict[str, Any]:
+        with self.session() as conn:
+            return graph.summary(conn, pipelines.get(conn, pipeline).id)
 
     # -- entity sources and grounding ----------------------------------------------
 

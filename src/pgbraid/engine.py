@@ -112,4 +112,4 @@ def _hit(row: Row, rank: int) -> Hit:
                metadata=row.metadata, classifications=tuple(row.classifications),
                language=row.language,
                matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None,
-               mmr_score=row.mmr_score)
+               mmr_score=row.mmr_score, evidence=row.evidence)

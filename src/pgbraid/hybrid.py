@@ -100,7 +100,9 @@ def search(engine: "Engine", pipeline_name: str, request: SearchRequest) -> Sear
     context = engine.context_with_extensions()
     with engine.db.session(engine.tenant) as conn:
         pipeline, held = pipelines.get_resolving(conn, pipeline_name, request.classification)
-    plan = _plan(request)
+        has_graph = conn.execute("SELECT EXISTS (SELECT 1 FROM pgbraid.edges WHERE pipeline_id = %s)",
+                                 (pipeline.id,)).fetchone()[0]
+    plan = _plan(request, graph=has_graph)
     weights = {leg.strategy: leg.weight for leg in plan.legs}
     weights.update(request.params.get("weights", {}))
     depths = _depths(request)
@@ -162,7 +164,7 @@ def _hit(item: Fused, rank: int) -> Hit:
     return Hit(document_id=row.document_id, fragment_id=row.fragment_id, version=row.version,
                title=row.title, page_content=row.body, score=round(item.score, 8), rank=rank,
                metadata=row.metadata, classifications=tuple(row.classifications),
-               language=row.language,
+               language=row.language, evidence=row.evidence,
                found_by=tuple(StrategyRank(strategy=s, rank=r, score=v) for s, r, v in item.found_by))
 
 

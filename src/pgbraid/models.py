@@ -132,6 +132,8 @@ class Hit(Frozen):
     language: str | None = None
     matched_terms: tuple[str, ...] | None = None
     mmr_score: float | None = None
+    evidence: dict[str, Any] | None = None
+    """Why a graph hit was found: shared neighbours or the path."""
     found_by: tuple[StrategyRank, ...] = ()
 
 

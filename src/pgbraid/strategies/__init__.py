@@ -7,6 +7,7 @@ from .base import Strategy
 from .bm25 import BM25
 from .fulltext import FullText
 from .fuzzy import Fuzzy
+from .graph import Graph
 from .relational import Relational
 from .vector import MMR, Similarity
 
@@ -17,6 +18,7 @@ REGISTRY: dict[str, Strategy] = {s.name: s for s in [
     Relational(),
     Similarity(),
     MMR(),
+    Graph(),
 ]}
 ALIASES: dict[str, str] = {"search": "bm25"}
 

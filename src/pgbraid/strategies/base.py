@@ -37,6 +37,7 @@ class Row:
     score: float
     matched_terms: list[str] | None = None
     mmr_score: float | None = None
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass

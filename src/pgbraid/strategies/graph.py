@@ -1,0 +1,291 @@
+"""graph: structural similarity and k-hop neighbourhoods over a pipeline's edges.
+
+A seed entity comes from ``params.seed`` (its key, with ``params.seed_type`` when
+keys repeat across types) or is resolved from the query text by its label:
+exact (case-insensitive), then trigram similarity; the trace says which.
+
+``mode: similar``: entities sharing neighbours with the seed along
+``params.edge_type`` (e.g. group -uses-> technique), optionally only neighbours
+of ``params.neighbour_type``, ranked by ``params.measure``:
+    jaccard     |N(s) ∩ N(c)| / |N(s) ∪ N(c)|
+    cosine      |N(s) ∩ N(c)| / sqrt(|N(s)| · |N(c)|)
+    adamic-adar Σ over shared z of 1 / ln(deg(z))
+with the shared neighbours as evidence.
+
+``mode: neighbours``: entities within ``params.hops`` (1-3) along
+``params.edge_types``, walked by a recursive CTE that follows at most
+``params.max_fanout`` edges (heaviest first) out of each vertex, so a hub with
+10k edges cannot blow up a 2-hop walk; capped vertices are named in the trace.
+
+Entities that describe documents become citable hits (the document's first
+current fragment in scope); every entity found is listed in the trace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from ..errors import InvalidRequest, NotEnabled, NotFound
+from ..models import SearchRequest
+from ..pipelines import Pipeline
+from ..scope import Scope
+from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+
+MEASURES = ("jaccard", "cosine", "adamic-adar")
+DIRECTIONS = ("out", "in", "both")
+MODES = ("similar", "neighbours")
+NO_RELATIONSHIPS = "no relationships materialised for this entity"
+
+_ADJ = {
+    "out": "SELECT src AS a, dst AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)",
+    "in": "SELECT dst AS a, src AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)",
+}
+_ADJ["both"] = f"{_ADJ['out']} UNION ALL {_ADJ['in']}"
+
+_SIMILAR = """
+WITH adj AS NOT MATERIALIZED ({adj}),
+seed_n AS (SELECT DISTINCT adj.b FROM adj JOIN pgbraid.vertices nv ON nv.id = adj.b
+           WHERE adj.a = %(seed)s AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
+pairs AS (SELECT adj.a AS cand, adj.b AS via FROM adj JOIN seed_n s ON s.b = adj.b
+          WHERE adj.a <> %(seed)s),
+cands AS (SELECT p.cand, array_agg(DISTINCT p.via) AS shared FROM pairs p
+          JOIN pgbraid.vertices cv ON cv.id = p.cand WHERE cv.type = %(ct)s GROUP BY p.cand),
+deg AS (SELECT adj.a, count(DISTINCT adj.b) AS degree FROM adj
+        JOIN pgbraid.vertices nv ON nv.id = adj.b
+        WHERE adj.a IN (SELECT cand FROM cands) AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)
+        GROUP BY adj.a),
+zdeg AS (SELECT adj.b, count(DISTINCT adj.a) AS degree FROM adj
+         WHERE adj.b IN (SELECT b FROM seed_n) GROUP BY adj.b)
+SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
+       (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
+         WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
+       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared
+FROM cands c JOIN deg d ON d.a = c.cand
+"""
+
+_WALK = """
+WITH RECURSIVE walk(vertex, depth, path, edge_types) AS (
+    SELECT %(seed)s::bigint, 0, ARRAY[%(seed)s::bigint], ARRAY[]::text[]
+  UNION ALL
+    SELECT n.next, w.depth + 1, w.path || n.next, w.edge_types || n.type
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT x.next, x.type FROM (
+            SELECT e.dst AS next, e.type, e.weight FROM pgbraid.edges e
+             WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = w.vertex AND e.type = ANY(%(types)s)
+            UNION ALL
+            SELECT e.src, e.type, e.weight FROM pgbraid.edges e
+             WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = w.vertex AND e.type = ANY(%(types)s)
+        ) x ORDER BY x.weight DESC, x.next LIMIT %(cap)s) AS n
+    WHERE w.depth < %(hops)s AND NOT n.next = ANY(w.path)
+)
+SELECT DISTINCT ON (vertex) vertex AS id, depth, path, edge_types FROM walk
+WHERE depth > 0 ORDER BY vertex, depth, path
+"""
+
+_CAPPED = """
+SELECT v.type || ':' || v.key AS vertex, count(*) AS degree
+FROM pgbraid.vertices v
+JOIN pgbraid.edges e ON e.pipeline_id = %(p)s AND e.type = ANY(%(types)s)
+     AND ((%(out)s AND e.src = v.id) OR (%(in)s AND e.dst = v.id))
+WHERE v.id = ANY(%(ids)s) GROUP BY v.type, v.key HAVING count(*) > %(cap)s
+"""
+
+_DOCUMENT_HITS = """
+SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
+FROM pgbraid.documents d
+     JOIN pgbraid.fragments f ON f.document_id = d.id
+     JOIN pgbraid.versions v ON v.id = f.version_id
+WHERE d.pipeline_id = %(scope_pipeline)s AND d.external_id = ANY(%(ids)s) AND {scope}
+ORDER BY d.external_id, f.ordinal
+"""
+
+
+def _param(request: SearchRequest, name: str, default: Any, allowed: tuple | None = None) -> Any:
+    value = request.params.get(name, default)
+    if allowed is not None and value not in allowed:
+        raise InvalidRequest(f"params.{name} must be one of {', '.join(map(str, allowed))}", field=name)
+    return value
+
+
+def _types(request: SearchRequest) -> list[str] | None:
+    value = request.params.get("edge_types", request.params.get("edge_type"))
+    if value is None:
+        return None
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise InvalidRequest("params.edge_types must be an edge type or a list of them",
+                             field="edge_types")
+    return value
+
+
+class Graph(Strategy):
+    name = "graph"
+    description = "shared-neighbour similarity and k-hop walks over the pipeline's edges"
+
+    def validate(self, request: SearchRequest, context: Context) -> None:
+        mode = _param(request, "mode", "similar", MODES)
+        _param(request, "measure", "jaccard", MEASURES)
+        _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
+        _types(request)
+        hops = request.params.get("hops", 2)
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
+            raise InvalidRequest("params.hops must be 1, 2 or 3", field="hops")
+        cap = request.params.get("max_fanout", 100)
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 100_000:
+            raise InvalidRequest("params.max_fanout must be an integer from 1 to 100000",
+                                 field="max_fanout")
+        if request.params.get("engine", "pgbraid") not in ("pgbraid", "age"):
+            raise InvalidRequest("params.engine must be pgbraid or age", field="engine")
+        if request.params.get("engine") == "age" and not context.age:
+            raise NotEnabled("Apache AGE is not opted in: set PGBRAID_AGE=1", strategy=self.name)
+
+    def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
+            scope: Scope, k: int, context: Context) -> Outcome:
+        if request.params.get("engine") == "age":
+            raise NotEnabled("the Apache AGE path needs the age extension, which is not installed",
+                             strategy=self.name)
+        known = _known_types(conn, pipeline.id)
+        types = _types(request) or known["edges"]
+        unknown = [t for t in types if t not in known["edges"]]
+        if unknown or not types:
+            raise InvalidRequest(f"unknown edge type(s) {unknown or types}; this pipeline has "
+                                 f"{known['edges'] or 'no edges'}", field="edge_types")
+        for key in ("seed_type", "neighbour_type", "candidate_type"):
+            value = request.params.get(key)
+            if value is not None and value not in known["vertices"]:
+                raise InvalidRequest(f"unknown vertex type {value!r}; this pipeline has "
+                                     f"{known['vertices']}", field=key)
+        seed, how = _seed(conn, pipeline.id, request)
+        mode = _param(request, "mode", "similar", MODES)
+        direction = _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
+        details: dict[str, Any] = {"mode": mode, "seed": {k: seed[k] for k in ("type", "key", "label")},
+                                   "seed_resolved_by": how, "edge_types": types, "direction": direction}
+        if mode == "similar":
+            entities = _similar(conn, pipeline.id, seed, types, direction, request, details)
+        else:
+            entities = _neighbours(conn, pipeline.id, seed, types, direction, request, details)
+        entities = entities[:k]
+        details["entities"] = entities
+        if not entities:
+            degree = conn.execute("SELECT count(*) FROM pgbraid.edges WHERE pipeline_id = %s AND"
+                                  " (src = %s OR dst = %s)", (pipeline.id, seed["id"], seed["id"])).fetchone()[0]
+            details["explanation"] = NO_RELATIONSHIPS if degree == 0 else (
+                "the entity has relationships, but none along these edge types share neighbours"
+                if mode == "similar" else "no entity reachable along these edge types")
+        rows = _document_hits(conn, scope, entities)
+        details["rows"] = len(rows)
+        return Outcome(rows, details)
+
+
+def _known_types(conn: psycopg.Connection, pipeline_id: int) -> dict[str, list[str]]:
+    edges = [r[0] for r in conn.execute("SELECT DISTINCT type FROM pgbraid.edges WHERE pipeline_id = %s"
+                                        " ORDER BY 1", (pipeline_id,))]
+    vertices = [r[0] for r in conn.execute("SELECT DISTINCT type FROM pgbraid.vertices"
+                                           " WHERE pipeline_id = %s ORDER BY 1", (pipeline_id,))]
+    return {"edges": edges, "vertices": vertices}
+
+
+def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) -> tuple[dict, str]:
+    key, vtype = request.params.get("seed"), request.params.get("seed_type")
+    with conn.cursor(row_factory=dict_row) as cur:
+        if key is not None:
+            rows = cur.execute("SELECT id, type, key, label FROM pgbraid.vertices WHERE pipeline_id = %s"
+                               " AND key = %s AND (%s::text IS NULL OR type = %s)",
+                               (pipeline_id, str(key), vtype, vtype)).fetchall()
+            how = "params.seed"
+        else:
+            rows = cur.execute("SELECT id, type, key, label FROM pgbraid.vertices WHERE pipeline_id = %s"
+                               " AND lower(label) = lower(%s) AND (%s::text IS NULL OR type = %s)",
+                               (pipeline_id, request.query, vtype, vtype)).fetchall()
+            how = "exact label match on the query"
+            if not rows:
+                rows = cur.execute(
+                    "SELECT id, type, key, label FROM pgbraid.vertices WHERE pipeline_id = %s"
+                    " AND (%s::text IS NULL OR type = %s) AND similarity(label, %s) >= 0.5"
+                    " ORDER BY similarity(label, %s) DESC, key LIMIT 2",
+                    (pipeline_id, vtype, vtype, request.query, request.query)).fetchall()[:1]
+                how = "fuzzy label match on the query (pg_trgm similarity >= 0.5)"
+    if not rows:
+        raise NotFound(f"seed entity {key or request.query!r} not found in this pipeline's graph",
+                       seed=key or request.query)
+    if len(rows) > 1:
+        raise InvalidRequest(f"seed {key or request.query!r} matches vertices of types "
+                             f"{sorted(r['type'] for r in rows)}: give params.seed_type", field="seed_type")
+    return rows[0], how
+
+
+def _similar(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
+    measure = _param(request, "measure", "jaccard", MEASURES)
+    params = {"p": pipeline_id, "types": types, "seed": seed["id"],
+              "nt": request.params.get("neighbour_type"),
+              "ct": request.params.get("candidate_type", seed["type"])}
+    statement = sql.SQL(_SIMILAR).format(adj=sql.SQL(_ADJ[direction]))
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(statement, params).fetchall()
+    details.update(measure=measure, candidates=len(rows))
+    scored = []
+    for r in rows:
+        shared = len(r["shared"])
+        value = {"jaccard": shared / (r["seed_degree"] + r["degree"] - shared),
+                 "cosine": shared / math.sqrt(r["seed_degree"] * r["degree"]),
+                 "adamic-adar": r["adamic_adar"]}[measure]
+        scored.append((value, r))
+    keys = _keys(conn, [r["id"] for _, r in scored])
+    entities = [{**keys[r["id"]], "score": round(v, 6),
+                 "evidence": {"shared_neighbours": r["shared"], "shared": len(r["shared"]),
+                              "degree": r["degree"], "seed_degree": r["seed_degree"]}}
+                for v, r in scored]
+    return sorted(entities, key=lambda e: (-e["score"], e["key"]))
+
+
+def _neighbours(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
+    hops = request.params.get("hops", 2)
+    cap = request.params.get("max_fanout", 100)
+    params = {"p": pipeline_id, "types": types, "seed": seed["id"], "hops": hops, "cap": cap,
+              "out": direction in ("out", "both"), "in": direction in ("in", "both")}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_WALK, params).fetchall()
+        expanded = [seed["id"]] + [r["id"] for r in rows if r["depth"] < hops]
+        capped = cur.execute(_CAPPED, {**params, "ids": expanded}).fetchall()
+    details.update(hops=hops, max_fanout=cap, reached=len(rows),
+                   capped=[{"vertex": c["vertex"], "degree": c["degree"]} for c in capped])
+    if capped:
+        details["cap_note"] = (f"{len(capped)} vertices have more than {cap} edges; the walk followed "
+                               f"only their {cap} heaviest (raise params.max_fanout to see more)")
+    keys = _keys(conn, sorted({v for r in rows for v in r["path"]}))
+    entities = [{**keys[r["id"]], "score": round(1.0 / r["depth"], 6), "hops": r["depth"],
+                 "evidence": {"path": [f"{keys[v]['type']}:{keys[v]['key']}" for v in r["path"]],
+                              "edge_types": r["edge_types"]}} for r in rows]
+    return sorted(entities, key=lambda e: (e["hops"], e["key"]))
+
+
+def _keys(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return {r["id"]: {"type": r["type"], "key": r["key"], "label": r["label"],
+                          "documents": r["documents"]}
+                for r in cur.execute("SELECT id, type, key, label, documents FROM pgbraid.vertices"
+                                     " WHERE id = ANY(%s)", (ids,))}
+
+
+def _document_hits(conn: psycopg.Connection, scope: Scope, entities: list[dict]) -> list[Row]:
+    wanted = {doc: e for e in reversed(entities) for doc in e.get("documents") or []}
+    if not wanted:
+        return []
+    where, params = scope.where("f")
+    statement = sql.SQL(_DOCUMENT_HITS).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+    with conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute(statement, {**params, "ids": list(wanted)}).fetchall()
+    rows = []
+    for record in found:
+        entity = wanted[record["document_id"]]
+        record.update(score=entity["score"], evidence={"entity": f"{entity['type']}:{entity['key']}",
+                                                        **entity["evidence"]})
+        rows.append(Row(**record))
+    order = {id(e): i for i, e in enumerate(entities)}
+    return sorted(rows, key=lambda r: order[id(wanted[r.document_id])])
