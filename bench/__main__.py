@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from . import fuzzy, lexical
+from . import fuzzy, graph, hybrid, lexical, vector
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "all"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "all"])
     parser.add_argument("--quick", action="store_true",
-                        help="skip the ~100k-fragment corpus (relevance and 5k-fragment speed only)")
+                        help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     args = parser.parse_args()
     if args.suite in ("fuzzy", "all"):
         fuzzy.run()
     if args.suite in ("lexical", "all"):
         lexical.run(quick=args.quick)
+    if args.suite in ("vector", "all"):
+        vector.run(quick=args.quick)
+    if args.suite in ("hybrid", "all"):
+        hybrid.run(quick=args.quick)
+    if args.suite in ("graph", "all"):
+        graph.run(quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -41,21 +41,41 @@ DIRECTIONS = ("out", "in", "both")
 MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
 
-_ADJ = {
-    "out": "SELECT src AS a, dst AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)",
-    "in": "SELECT dst AS a, src AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)",
-}
-_ADJ["both"] = f"{_ADJ['out']} UNION ALL {_ADJ['in']}"
-
 _SIMILAR = """
-WITH adj AS NOT MATERIALIZED ({adj}),
+WITH seed_n AS (SELECT DISTINCT e.{b} AS b FROM pgbraid.edges e JOIN pgbraid.vertices nv ON nv.id = e.{b}
+                WHERE e.pipeline_id = %(p)s AND e.{a} = %(seed)s AND e.type = ANY(%(types)s)
+                  AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
+cands AS (SELECT e.{a} AS cand, array_agg(DISTINCT e.{b}) AS shared
+          FROM seed_n s JOIN pgbraid.edges e ON e.pipeline_id = %(p)s AND e.{b} = s.b
+               AND e.type = ANY(%(types)s)
+          JOIN pgbraid.vertices cv ON cv.id = e.{a}
+          WHERE e.{a} <> %(seed)s AND cv.type = %(ct)s GROUP BY e.{a}),
+deg AS (SELECT c.cand, (SELECT count(DISTINCT e.{b}) FROM pgbraid.edges e
+                         JOIN pgbraid.vertices nv ON nv.id = e.{b}
+                         WHERE e.pipeline_id = %(p)s AND e.{a} = c.cand AND e.type = ANY(%(types)s)
+                           AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)) AS degree
+        FROM cands c),
+zdeg AS MATERIALIZED (SELECT s.b, (SELECT count(DISTINCT e.{a}) FROM pgbraid.edges e
+                       WHERE e.pipeline_id = %(p)s AND e.{b} = s.b AND e.type = ANY(%(types)s)) AS degree
+         FROM seed_n s)
+SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
+       (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
+         WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
+       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared
+FROM cands c JOIN deg d ON d.cand = c.cand
+"""
+
+# Both directions: the same question over the union of both edge orientations.
+_ADJ_BOTH = ("SELECT src AS a, dst AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)"
+             " UNION ALL SELECT dst, src FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)")
+_SIMILAR_BOTH = """
+WITH adj AS MATERIALIZED ({adj}),
 seed_n AS (SELECT DISTINCT adj.b FROM adj JOIN pgbraid.vertices nv ON nv.id = adj.b
            WHERE adj.a = %(seed)s AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
-pairs AS (SELECT adj.a AS cand, adj.b AS via FROM adj JOIN seed_n s ON s.b = adj.b
-          WHERE adj.a <> %(seed)s),
-cands AS (SELECT p.cand, array_agg(DISTINCT p.via) AS shared FROM pairs p
-          JOIN pgbraid.vertices cv ON cv.id = p.cand WHERE cv.type = %(ct)s GROUP BY p.cand),
-deg AS (SELECT adj.a, count(DISTINCT adj.b) AS degree FROM adj
+cands AS (SELECT adj.a AS cand, array_agg(DISTINCT adj.b) AS shared FROM adj JOIN seed_n s ON s.b = adj.b
+          JOIN pgbraid.vertices cv ON cv.id = adj.a WHERE adj.a <> %(seed)s AND cv.type = %(ct)s
+          GROUP BY adj.a),
+deg AS (SELECT adj.a AS cand, count(DISTINCT adj.b) AS degree FROM adj
         JOIN pgbraid.vertices nv ON nv.id = adj.b
         WHERE adj.a IN (SELECT cand FROM cands) AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)
         GROUP BY adj.a),
@@ -65,7 +85,7 @@ SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
        (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
          WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
        (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared
-FROM cands c JOIN deg d ON d.a = c.cand
+FROM cands c JOIN deg d ON d.cand = c.cand
 """
 
 _WALK = """
@@ -225,7 +245,11 @@ def _similar(conn, pipeline_id, seed, types, direction, request, details) -> lis
     params = {"p": pipeline_id, "types": types, "seed": seed["id"],
               "nt": request.params.get("neighbour_type"),
               "ct": request.params.get("candidate_type", seed["type"])}
-    statement = sql.SQL(_SIMILAR).format(adj=sql.SQL(_ADJ[direction]))
+    if direction == "both":
+        statement = sql.SQL(_SIMILAR_BOTH).format(adj=sql.SQL(_ADJ_BOTH))
+    else:
+        a, b = ("src", "dst") if direction == "out" else ("dst", "src")
+        statement = sql.SQL(_SIMILAR).format(a=sql.Identifier(a), b=sql.Identifier(b))
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(statement, params).fetchall()
     details.update(measure=measure, candidates=len(rows))

@@ -1,0 +1,76 @@
+"""Fusion side by side: bm25, similarity, hybrid (RRF and score fusion) and auto.
+
+SciFact (test), CISI and Cranfield, each as one embedded pipeline with default
+chunking; every system is evaluated at document level (best fragment per
+document, 100 documents per query) with ir-measures. Cranfield's relevance
+codes (1 best .. 4, -1 none) become gains 4..1 and 0.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pgbraid.evaluation import evaluate, read_qrels
+
+from .common import DATA, console, connect, has_pipeline, read_jsonl, table
+from .vector import PIPELINE as SCIFACT, ensure_pipeline as ensure_scifact
+
+COLLECTIONS = {
+    "SciFact": (SCIFACT, "beir_scifact", "qrels/test.tsv"),
+    "CISI": ("bench-cisi-vec", "cisi", "qrels.tsv"),
+    "Cranfield": ("bench-cranfield-vec", "cranfield", "qrels.tsv"),
+}
+
+SYSTEMS = {
+    "bm25": {"type": "bm25"},
+    "similarity": {"type": "similarity"},
+    "hybrid RRF k=60 (default)": {"type": "hybrid"},
+    "hybrid RRF k=20": {"type": "hybrid", "params": {"rrf_k": 20}},
+    "hybrid min-max": {"type": "hybrid", "params": {"fusion": "min-max"}},
+    "auto": {"type": "auto"},
+}
+
+
+def ensure(client, name: str, folder: str) -> None:
+    if name == SCIFACT:
+        ensure_scifact(client)
+        return
+    if has_pipeline(client, name):
+        return
+    client.create_pipeline(name)
+    start = time.perf_counter()
+    records = [{"id": d["_id"], "title": d.get("title") or "", "text": d["text"] or d.get("title") or "-"}
+               for d in read_jsonl(DATA / folder / "corpus.jsonl.gz")]
+    report = client.ingest(name, [r for r in records if r["text"].strip()])
+    console.print(f"embedded {folder}: {report.embedded} fragments in {time.perf_counter() - start:.0f} s")
+
+
+def judgments(folder: str, qrels_file: str) -> dict[str, dict[str, int]]:
+    qrels = read_qrels(DATA / folder / qrels_file)
+    if folder == "cranfield":
+        return {q: {d: (5 - code if 1 <= code <= 4 else 0) for d, code in docs.items()}
+                for q, docs in qrels.items()}
+    return qrels
+
+
+def run(*, quick: bool = False) -> None:
+    with connect() as client:
+        for label, (pipeline, folder, qrels_file) in COLLECTIONS.items():
+            if quick and label != "SciFact":
+                continue
+            ensure(client, pipeline, folder)
+            qrels = judgments(folder, qrels_file)
+            queries = [(str(q["_id"]), q["text"]) for q in read_jsonl(DATA / folder / "queries.jsonl")
+                       if str(q["_id"]) in qrels]
+            rows = []
+            for name, request in SYSTEMS.items():
+                run_ = {}
+                for qid, text in queries:
+                    params = {"k": 100, **request.get("params", {})}
+                    response = client.search(pipeline, text, type=request["type"], group_by="document",
+                                             params=params)
+                    run_[qid] = {h.document_id: 100.0 - h.rank for h in response.hits}
+                m = evaluate(qrels, run_)
+                rows.append([name, m["nDCG@10"], m["R@100"]])
+            table(f"{label} ({len(queries)} judged queries): nDCG@10 and recall@100",
+                  ["system", "nDCG@10", "R@100"], rows)
