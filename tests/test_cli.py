@@ -118,5 +118,8 @@ def test_demo_runs_and_explains(env):
     assert "credential-rotation.md" in out and "datensicherung.md" in out
     assert "tsquery (german)" in out
     assert "no fragment in scope contains invoic" in out
+    paraphrase = out.split("similarity: a paraphrase")[1]
+    assert paraphrase.index("credential-rotation.md") < paraphrase.index("trace")
+    assert "bm25 #1, similarity #1" in out and "fusion: rrf k=60" in out
     again = run(env, "demo")
     assert "unchanged 6" in again.stdout

@@ -170,9 +170,12 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(..., help="Files or
 # -- search -------------------------------------------------------------------
 
 def _request(query: str, type_: str, k: int, classification: Optional[str], filter_: Optional[str],
-             params: Optional[str], group_by: str) -> dict[str, Any]:
+             params: Optional[str], group_by: str, distance: str = "cosine") -> dict[str, Any]:
+    extra = parse_json_option(params, "params") or {}
+    if not isinstance(extra, dict):
+        raise InvalidRequest("--params must be a JSON object")
     body: dict[str, Any] = {"query": query, "type": type_, "group_by": group_by,
-                            "params": {**(parse_json_option(params, "params") or {}), "k": k}}
+                            "distance_strategy": distance, "params": {**extra, "k": k}}
     if classification is not None:
         body["classification"] = classification
     if filter_ is not None:
@@ -188,29 +191,35 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
            filter_: Optional[str] = typer.Option(None, "--filter", help="Metadata filter as JSON."),
            params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
            group_by: str = typer.Option("fragment", help="fragment | document"),
+           distance: str = typer.Option("cosine", "--distance-strategy",
+                                        help="cosine | euclidean-distance | dot-product"),
            queries: Optional[Path] = typer.Option(None, help="JSONL of {id, query}: prints NDJSON."),
            as_json: bool = JsonOpt) -> None:
-    """Search a pipeline (one query, or a batch with --queries)."""
+    """Search a pipeline (one query, or a batch with --queries).
+
+    Types: fulltext, bm25 (search), fuzzy, similarity, mmr, graph, hybrid, auto, relational.
+    """
     with handled(as_json or queries is not None), connect() as client:
         if queries is not None:
-            _batch(client, pipeline, queries, type_, k, classification, filter_, params, group_by)
+            _batch(client, pipeline, queries, type_, k, classification, filter_, params, group_by,
+                   distance)
             return
         if query is None:
             raise InvalidRequest("give a QUERY or --queries FILE")
         response = client.engine.search(
-            pipeline, _request(query, type_, k, classification, filter_, params, group_by))
+            pipeline, _request(query, type_, k, classification, filter_, params, group_by, distance))
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
 
 def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
            classification: Optional[str], filter_: Optional[str], params: Optional[str],
-           group_by: str) -> None:
+           group_by: str, distance: str) -> None:
     from .evaluation import read_queries
 
     for qid, text, _ in read_queries(path):
         try:
             response = client.engine.search(
-                pipeline, _request(text, type_, k, classification, filter_, params, group_by))
+                pipeline, _request(text, type_, k, classification, filter_, params, group_by, distance))
             emit({**response.model_dump(mode="json"), "id": qid})
         except (BackendUnavailable, BackendTimeout):
             raise

@@ -22,16 +22,22 @@ PAGES: dict[str, tuple[dict[str, Any], list[str]]] = {
 }
 
 SEARCHES: list[tuple[str, dict[str, Any]]] = [
-    ("Words after stemming: 'rotate credentials' matches 'Rotating ... credentials'",
-     {"query": "rotate credentials"}),
-    ("The query's language is detected: German stems match the German page",
-     {"query": "Wie kann ich die Datenbank wiederherstellen?"}),
-    ("Scope: an 'internal' reader sees the internal page, a 'public' reader would not",
-     {"query": "leaked key", "classification": ["internal"]}),
-    ("Metadata filter: only pages of the platform team from 2026",
-     {"query": "password OR backup", "filters": {"team": "platform", "year": {"gte": 2026}}}),
-    ("Nothing matches: the trace names the tokens that over-restricted the query",
-     {"query": "restore the invoices table from the nightly backup"}),
+    ("fulltext: words after stemming ('rotate credentials' matches 'Rotating ... credentials')",
+     {"query": "rotate credentials", "type": "fulltext"}),
+    ("fulltext: the query's language is detected, German stems match the German page",
+     {"query": "Wie kann ich die Datenbank wiederherstellen?", "type": "fulltext"}),
+    ("scope: an 'internal' reader sees the internal page; a 'public' reader would not",
+     {"query": "leaked key", "type": "bm25", "classification": ["internal"]}),
+    ("metadata filter: only pages of the platform team from 2026",
+     {"query": "password backup", "type": "bm25", "filters": {"team": "platform", "year": {"gte": 2026}}}),
+    ("fulltext finds nothing: the trace names the tokens that over-restricted the query",
+     {"query": "restore the invoices table from the nightly backup", "type": "fulltext"}),
+    ("similarity: a paraphrase with no word in common",
+     {"query": "how can I change the login secret of our DB user?", "type": "similarity"}),
+    ("fuzzy: a misspelled term still finds its page",
+     {"query": "trigam matchng", "type": "fuzzy", "params": {"k": 2}}),
+    ("hybrid: bm25 and similarity run together and are fused by reciprocal rank",
+     {"query": "what to do when an API key leaks", "type": "hybrid", "classification": ["internal"]}),
 ]
 
 
@@ -59,6 +65,6 @@ def run(client: Client) -> None:
                   f"unchanged {report.unchanged}, fragments {report.fragments}\n")
     for caption, request in SEARCHES:
         console.rule(caption, align="left")
-        show_search(client.search(PIPELINE, type="fulltext", **request))
+        show_search(client.search(PIPELINE, **request))
         console.print()
     console.print("Try it yourself: [bold]pgbraid search demo \"backup\" --json[/bold]")

@@ -27,6 +27,8 @@ def show_search(response: SearchResponse) -> None:
     table.add_column("text")
     for hit in response.hits:
         label = hit.document_id + (f"\n[dim]{hit.title}[/dim]" if hit.title else "")
+        if hit.found_by:
+            label += "\n[dim]" + ", ".join(f"{f.strategy} #{f.rank}" for f in hit.found_by) + "[/dim]"
         table.add_row(str(hit.rank), f"{hit.score:.4f}", label, str(hit.version),
                       snippet(hit.page_content))
     if response.hits:
@@ -38,11 +40,22 @@ def show_search(response: SearchResponse) -> None:
 
 def show_trace(response: SearchResponse) -> None:
     console.print(f"[bold]trace[/bold] ({response.trace.ms:.1f} ms)")
+    fusion = response.trace.fusion
+    if fusion:
+        console.print(f"  fusion: {fusion['method']}"
+                      + (f" k={fusion['rrf_k']}" if fusion.get("rrf_k") else "")
+                      + f", weights {fusion['weights']}; plan: {'; '.join(fusion['plan']['reasons'])}")
     for entry in response.trace.retrievers:
         reason = f" — {entry.reason}" if entry.reason else ""
         console.print(f"  {entry.retriever}: {entry.status}, {entry.hits} hits, "
                       f"{entry.ms:.1f} ms{reason}")
         details = entry.details
+        if "terms" in details and details.get("engine") == "pgbraid":
+            terms = ", ".join(f"{t['term']}(df {t['df']})" for t in details["terms"][:12])
+            console.print(f"    bm25 terms: {terms}")
+        if "embed_ms" in details:
+            console.print(f"    {details['embedder']} embedded the query in {details['embed_ms']:.1f} ms; "
+                          f"distance {details['distance_strategy']}")
         if "tsquery" in details:
             console.print(f"    tsquery ({details.get('config')}): {details['tsquery'] or '∅'}")
         if details.get("explanation"):
