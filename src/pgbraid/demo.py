@@ -6,7 +6,6 @@ from importlib import resources
 from typing import Any
 
 from .client import Client
-from .errors import InvalidRequest
 from .output import console, show_search
 
 PIPELINE = "demo"
@@ -53,10 +52,16 @@ def records() -> list[dict[str, Any]]:
 
 
 def run(client: Client) -> None:
-    try:
+    existing = {p.name: p for p in client.pipelines()}.get(PIPELINE)
+    if existing is not None and existing.embedder != "minilm":
+        console.print(f"pipeline [bold]{PIPELINE}[/bold] exists without the minilm embedder "
+                      "(an older demo); recreating it")
+        client.delete_pipeline(PIPELINE)
+        existing = None
+    if existing is None:
         client.create_pipeline(PIPELINE)
         console.print(f"created pipeline [bold]{PIPELINE}[/bold]")
-    except InvalidRequest:
+    else:
         console.print(f"pipeline [bold]{PIPELINE}[/bold] exists; re-ingesting (unchanged pages write nothing)")
     client.define_classification("secret", implies=["internal"])
     client.define_classification("internal", implies=["public"])
