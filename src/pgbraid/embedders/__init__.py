@@ -42,6 +42,15 @@ def validate_name(name: str) -> str | None:
 @lru_cache(maxsize=None)
 def get(name: str, **settings: str) -> Embedder:
     """The embedder (loaded once per process)."""
+    try:
+        return _load(name, **settings)
+    except ImportError as exc:
+        from ..errors import BackendUnavailable
+
+        raise BackendUnavailable(f"embedder {name!r} cannot load: {exc}") from exc
+
+
+def _load(name: str, **settings: str) -> Embedder:
     if name == "minilm":
         from .minilm import MiniLM
 
