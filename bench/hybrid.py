@@ -53,8 +53,36 @@ def judgments(folder: str, qrels_file: str) -> dict[str, dict[str, int]]:
     return qrels
 
 
+KEV = "bench-kev-vec"
+
+
+def identifiers(client) -> None:
+    """Every CVE id of the KEV catalog as a query: is its record first?"""
+    import gzip
+    import json
+
+    with gzip.open(DATA / "cisa_kev" / "known_exploited_vulnerabilities.json.gz", "rt") as handle:
+        records = json.load(handle)["vulnerabilities"]
+    if not has_pipeline(client, KEV):
+        client.create_pipeline(KEV)
+        client.ingest(KEV, [{"id": v["cveID"], "title": f"{v['cveID']} {v['vendorProject']} {v['product']}",
+                             "text": f"{v['vulnerabilityName']}. {v['shortDescription']}"} for v in records])
+    rows = []
+    for kind in ("similarity", "bm25", "hybrid", "auto"):
+        first = sum(client.search(KEV, v["cveID"], type=kind, params={"k": 1}).hits[0].document_id
+                    == v["cveID"] for v in records)
+        rows.append([kind, first, len(records), first / len(records)])
+    absent = client.search(KEV, "CVE-2099-99999", type="auto", params={"k": 3})
+    legs = {e.retriever: e.hits for e in absent.trace.retrievers}
+    table("CISA KEV: a CVE id as the query, its record at rank 1",
+          ["type", "rank 1", "queries", "share"], rows)
+    console.print(f"  absent id CVE-2099-99999 with auto: legs {legs}; similarity alone returns "
+                  f"{len(client.search(KEV, 'CVE-2099-99999', type='similarity', params={'k': 3}).hits)} near-misses")
+
+
 def run(*, quick: bool = False) -> None:
     with connect() as client:
+        identifiers(client)
         for label, (pipeline, folder, qrels_file) in COLLECTIONS.items():
             if quick and label != "SciFact":
                 continue

@@ -83,7 +83,8 @@ def _contributions(name: str, rows: list[Row], method: Method, rrf_k: int) -> np
 
 
 def promote(fused: list[Fused], evidence: list[str]) -> list[Fused]:
-    """Hits holding every exact identifier of the query come first (stable otherwise).
+    """Hits holding every exact identifier of the query come first (stable otherwise),
+    those naming it in their title before those that only mention it.
 
     An identifier found verbatim is evidence no paraphrase can outweigh: a CVE id's
     record must not be drowned by semantic near-misses (seed 004).
@@ -92,8 +93,11 @@ def promote(fused: list[Fused], evidence: list[str]) -> list[Fused]:
         return fused
     needles = [e.lower() for e in evidence]
 
-    def exact(item: Fused) -> bool:
-        haystack = f"{item.row.title or ''}\n{item.row.body}".lower()
-        return all(n in haystack for n in needles)
+    def strength(item: Fused) -> int:
+        """2: every identifier in the title (the document is about it), 1: in the text, 0: not."""
+        title = (item.row.title or "").lower()
+        if all(n in title for n in needles):
+            return 2
+        return 1 if all(n in f"{title}\n{item.row.body.lower()}" for n in needles) else 0
 
-    return sorted(fused, key=lambda f: not exact(f))
+    return sorted(fused, key=lambda f: -strength(f))
