@@ -23,7 +23,7 @@ BENCH_DIR = Path(os.environ.get("PGBRAID_BENCH_DIR") or "/tmp/pgbraid-bench")
 def connect() -> pgbraid.Client:
     """A client on the bench's own embedded server (kept between runs to reuse corpora)."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    return pgbraid.connect(data_dir=BENCH_DIR / "pg")
+    return pgbraid.connect(data_dir=BENCH_DIR / "pg", statement_timeout_ms=300_000)
 
 
 def has_pipeline(client: pgbraid.Client, name: str) -> bool:

@@ -29,6 +29,7 @@ import psycopg
 from .errors import InvalidRequest, NotFound
 
 MAX_REPORTED = 20
+CHUNK = 50_000  # rows per statement: a large load stays in one transaction, each statement short
 
 
 @dataclass
@@ -127,8 +128,8 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad) -> dict[st
     if data.errors:
         raise InvalidRequest(f"{len(data.errors)} bad line(s), nothing loaded: "
                              + "; ".join(data.errors[:3]), errors=data.errors[:MAX_REPORTED])
-    if data.vertices:
-        types, keys, labels, documents = zip(*data.vertices)
+    for start in range(0, len(data.vertices), CHUNK):
+        types, keys, labels, documents = zip(*data.vertices[start:start + CHUNK])
         conn.execute(
             "INSERT INTO pgbraid.vertices (pipeline_id, type, key, label, documents)"
             " SELECT %(p)s, t, k, l, string_to_array(d, E'\\x1f') FROM unnest(%(types)b::text[],"
@@ -150,15 +151,17 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad) -> dict[st
     if missing:
         raise InvalidRequest(f"{len(missing)} edge endpoint(s) are not vertices, nothing loaded: "
                              + "; ".join(missing[:3]), errors=missing[:MAX_REPORTED])
-    conn.execute(
-        "INSERT INTO pgbraid.edges (pipeline_id, src, type, dst, weight, directed)"
-        " SELECT %(p)s, s, t, d, w, dir FROM unnest(%(s)b::bigint[], %(t)b::text[], %(d)b::bigint[],"
-        " %(w)b::float8[], %(dir)b::bool[]) AS x(s, t, d, w, dir)"
-        " ON CONFLICT (pipeline_id, src, type, dst) DO UPDATE SET weight = EXCLUDED.weight,"
-        " directed = EXCLUDED.directed",
-        {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in data.edges], "t": [e[2] for e in data.edges],
-         "d": [ids[(e[3], e[4])] for e in data.edges], "w": [e[5] for e in data.edges],
-         "dir": [e[6] for e in data.edges]})
+    for start in range(0, len(data.edges), CHUNK):
+        edges = data.edges[start:start + CHUNK]
+        conn.execute(
+            "INSERT INTO pgbraid.edges (pipeline_id, src, type, dst, weight, directed)"
+            " SELECT %(p)s, s, t, d, w, dir FROM unnest(%(s)b::bigint[], %(t)b::text[],"
+            " %(d)b::bigint[], %(w)b::float8[], %(dir)b::bool[]) AS x(s, t, d, w, dir)"
+            " ON CONFLICT (pipeline_id, src, type, dst) DO UPDATE SET weight = EXCLUDED.weight,"
+            " directed = EXCLUDED.directed",
+            {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in edges], "t": [e[2] for e in edges],
+             "d": [ids[(e[3], e[4])] for e in edges], "w": [e[5] for e in edges],
+             "dir": [e[6] for e in edges]})
     return {"vertices": len(data.vertices), "edges": len(data.edges)}
 
 

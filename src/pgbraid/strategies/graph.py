@@ -6,7 +6,9 @@ exact (case-insensitive), then trigram similarity; the trace says which.
 
 ``mode: similar``: entities sharing neighbours with the seed along
 ``params.edge_type`` (e.g. group -uses-> technique), optionally only neighbours
-of ``params.neighbour_type``, ranked by ``params.measure``:
+of ``params.neighbour_type``, following at most ``params.max_fanout`` (default
+10,000) edges out of each shared neighbour (hubs are named in the trace),
+ranked by ``params.measure``:
     jaccard     |N(s) ∩ N(c)| / |N(s) ∪ N(c)|
     cosine      |N(s) ∩ N(c)| / sqrt(|N(s)| · |N(c)|)
     adamic-adar Σ over shared z of 1 / ln(deg(z))
@@ -14,7 +16,7 @@ with the shared neighbours as evidence.
 
 ``mode: neighbours``: entities within ``params.hops`` (1-3) along
 ``params.edge_types``, walked by a recursive CTE that follows at most
-``params.max_fanout`` edges (heaviest first) out of each vertex, so a hub with
+``params.max_fanout`` (default 100) edges (heaviest first) out of each vertex, so a hub with
 10k edges cannot blow up a 2-hop walk; capped vertices are named in the trace.
 
 Entities that describe documents become citable hits (the document's first
@@ -40,16 +42,21 @@ MEASURES = ("jaccard", "cosine", "adamic-adar")
 DIRECTIONS = ("out", "in", "both")
 MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
+SIMILAR_FANOUT = 10_000   # per shared neighbour; ATT&CK's busiest technique has far fewer
+NEIGHBOUR_FANOUT = 100    # per walked vertex
 
 _SIMILAR = """
 WITH seed_n AS (SELECT DISTINCT e.{b} AS b FROM pgbraid.edges e JOIN pgbraid.vertices nv ON nv.id = e.{b}
                 WHERE e.pipeline_id = %(p)s AND e.{a} = %(seed)s AND e.type = ANY(%(types)s)
                   AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
-cands AS (SELECT e.{a} AS cand, array_agg(DISTINCT e.{b}) AS shared
-          FROM seed_n s JOIN pgbraid.edges e ON e.pipeline_id = %(p)s AND e.{b} = s.b
-               AND e.type = ANY(%(types)s)
-          JOIN pgbraid.vertices cv ON cv.id = e.{a}
-          WHERE e.{a} <> %(seed)s AND cv.type = %(ct)s GROUP BY e.{a}),
+cands AS (SELECT x.a AS cand, array_agg(DISTINCT s.b) AS shared
+          FROM seed_n s
+          CROSS JOIN LATERAL (SELECT e.{a} AS a FROM pgbraid.edges e
+                              WHERE e.pipeline_id = %(p)s AND e.{b} = s.b AND e.type = ANY(%(types)s)
+                                AND e.{a} <> %(seed)s
+                              ORDER BY e.weight DESC, e.{a} LIMIT %(cap)s) AS x
+          JOIN pgbraid.vertices cv ON cv.id = x.a
+          WHERE cv.type = %(ct)s GROUP BY x.a),
 deg AS (SELECT c.cand, (SELECT count(DISTINCT e.{b}) FROM pgbraid.edges e
                          JOIN pgbraid.vertices nv ON nv.id = e.{b}
                          WHERE e.pipeline_id = %(p)s AND e.{a} = c.cand AND e.type = ANY(%(types)s)
@@ -61,7 +68,9 @@ zdeg AS MATERIALIZED (SELECT s.b, (SELECT count(DISTINCT e.{a}) FROM pgbraid.edg
 SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
        (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
          WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
-       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared
+       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared,
+       (SELECT array_agg(v.type || ':' || v.key || ' (' || z.degree || ')') FROM zdeg z
+         JOIN pgbraid.vertices v ON v.id = z.b WHERE z.degree > %(cap)s) AS capped
 FROM cands c JOIN deg d ON d.cand = c.cand
 """
 
@@ -242,7 +251,8 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
 
 def _similar(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
     measure = _param(request, "measure", "jaccard", MEASURES)
-    params = {"p": pipeline_id, "types": types, "seed": seed["id"],
+    cap = request.params.get("max_fanout", SIMILAR_FANOUT)
+    params = {"p": pipeline_id, "types": types, "seed": seed["id"], "cap": cap,
               "nt": request.params.get("neighbour_type"),
               "ct": request.params.get("candidate_type", seed["type"])}
     if direction == "both":
@@ -252,7 +262,11 @@ def _similar(conn, pipeline_id, seed, types, direction, request, details) -> lis
         statement = sql.SQL(_SIMILAR).format(a=sql.Identifier(a), b=sql.Identifier(b))
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(statement, params).fetchall()
-    details.update(measure=measure, candidates=len(rows))
+    capped = sorted({c for r in rows for c in (r.get("capped") or [])})
+    details.update(measure=measure, candidates=len(rows), max_fanout=cap, capped=capped)
+    if capped:
+        details["cap_note"] = (f"{len(capped)} shared neighbours have more than {cap} edges; only "
+                               f"their {cap} heaviest were followed, so scores through them are partial")
     scored = []
     for r in rows:
         shared = len(r["shared"])
@@ -270,7 +284,7 @@ def _similar(conn, pipeline_id, seed, types, direction, request, details) -> lis
 
 def _neighbours(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
     hops = request.params.get("hops", 2)
-    cap = request.params.get("max_fanout", 100)
+    cap = request.params.get("max_fanout", NEIGHBOUR_FANOUT)
     params = {"p": pipeline_id, "types": types, "seed": seed["id"], "hops": hops, "cap": cap,
               "out": direction in ("out", "both"), "in": direction in ("in", "both")}
     with conn.cursor(row_factory=dict_row) as cur:
