@@ -6,7 +6,6 @@ import csv
 import gzip
 import json
 import math
-import uuid
 from collections import defaultdict
 
 import pytest

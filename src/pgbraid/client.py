@@ -14,6 +14,7 @@ from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
+from .scope import resolve_classifications
 from .strategies.base import Context
 
 
@@ -130,8 +131,6 @@ class Client:
                  as_of=None, classification: Any = None) -> dict[str, Any]:
         held = parse_classifications(classification)
         with self.session() as conn:
-            from .scope import resolve_classifications
-
             target = pipelines.get(conn, pipeline)
             return documents.read(conn, target, document_id, version=version, as_of=as_of,
                                   classifications=resolve_classifications(conn, held))
@@ -243,8 +242,8 @@ def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument |
         if isinstance(item, dict):
             try:
                 yield document_from_record(item, fields, source=f"record {item.get(fields.id)!r}")
-            except Exception as exc:  # InvalidRequest: reported per record, not raised
-                yield ReadError(f"record {item.get(fields.id)!r}", getattr(exc, "message", str(exc)))
+            except InvalidRequest as exc:  # reported per record, not raised
+                yield ReadError(f"record {item.get(fields.id)!r}", exc.message)
         else:
             paths.append(Path(item))
     if paths:

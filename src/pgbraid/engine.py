@@ -58,7 +58,7 @@ class Engine:
     def _search(self, conn: psycopg.Connection, pipeline_name: str, request: SearchRequest,
                 strategy: Strategy) -> SearchResponse:
         started = time.perf_counter()
-        context = dataclasses.replace(self.context, extensions=self.db.extensions)
+        context = self.context_with_extensions()
         pipeline, held = pipelines.get_resolving(conn, pipeline_name, request.classification)
         reason = strategy.unavailable(pipeline, context)
         if reason:

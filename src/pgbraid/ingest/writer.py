@@ -191,7 +191,8 @@ def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument
                 if previous is not None:
                     _finish(session, pipeline, previous, report, on_error, progress)
                     if report.stopped:
-                        batch.embedding and batch.embedding.cancel()
+                        if batch.embedding is not None:
+                            batch.embedding.cancel()
                         return report
                 previous = batch
             if previous is not None:

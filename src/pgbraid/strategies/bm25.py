@@ -9,12 +9,13 @@ with N, df and avgdl counting current fragments only. Defaults k1 = 0.9,
 b = 0.4: Anserini's BEIR settings, which hold across collections better than
 Lucene's 1.2 / 0.75 on short documents (measured on SciFact in bench/).
 
-Query path (two round trips plus one per verification round):
-1. tokenize the query in PostgreSQL with the same code-aware expansion and
-   text-search configuration as ingestion, and read the pipeline statistics;
-2. read the query terms' posting segments (packed int32 ordinals, uint16 tf
-   and length) in binary and score every posting with numpy: exact, OR
-   semantics, no pruning that could change the top k;
+Query path:
+1. read the pipeline statistics, and tokenize the query in PostgreSQL (same
+   code-aware expansion and text-search configuration as ingestion) together
+   with its terms' document frequencies and posting segments (packed int32
+   ordinals, uint16 tf and length, in binary);
+2. score every posting with numpy: exact, OR semantics, no pruning that
+   could change the top k;
 3. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 """
@@ -129,9 +130,6 @@ class BM25(Strategy):
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
         config = detect(request.query, default=pipeline.language)
         params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query)}
-        # These statements are index probes whatever the values: plan them once per
-        # connection (planning cost 2-3 ms each, more than their execution).
-        conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
         with conn.cursor() as stats, conn.cursor(binary=True) as postings:
             stats.execute(_STATS, params)
             postings.execute(_TERMS, params)

@@ -17,6 +17,7 @@ order with both the distance (``score``) and the MMR value (``mmr_score``).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..errors import BackendUnavailable, InvalidRequest, NotEnabled
+from ..errors import BackendUnavailable, InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
@@ -79,8 +80,6 @@ class _Vector(Strategy):
                                  "comparable", field="embedder")
         if "vector" in request.params:
             return check_vector(request.params["vector"], pipeline.dimension or 0, "params.vector"), 0.0
-        import time
-
         started = time.perf_counter()
         try:
             vector = context.embedder(pipeline.embedder).embed_query(request.query)
