@@ -20,10 +20,10 @@ DATA = Path(os.environ.get("PGBRAID_SHARED_DATA") or ROOT.parent / "shared" / "d
 BENCH_DIR = Path(os.environ.get("PGBRAID_BENCH_DIR") or "/tmp/pgbraid-bench")
 
 
-def connect() -> pgbraid.Client:
+def connect(**overrides) -> pgbraid.Client:
     """A client on the bench's own embedded server (kept between runs to reuse corpora)."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    return pgbraid.connect(data_dir=BENCH_DIR / "pg", statement_timeout_ms=300_000)
+    return pgbraid.connect(data_dir=BENCH_DIR / "pg", statement_timeout_ms=300_000, **overrides)
 
 
 def has_pipeline(client: pgbraid.Client, name: str) -> bool:

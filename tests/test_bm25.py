@@ -66,7 +66,11 @@ def _query_tokens(client, config, query):
             (config, expand_code(query))) for _ in range(n)]
 
 
-def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield):
+@pytest.mark.parametrize("inline", [2048, 0], ids=["inline-lists", "cached-lists"])
+def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, monkeypatch):
+    from pgbraid.strategies import bm25
+
+    monkeypatch.setattr(bm25, "INLINE_POSTINGS", inline)
     ordinals, tokens = _corpus_tokens(client, cranfield)
     reference = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
     reference.index(tokens, show_progress=False)
@@ -204,3 +208,48 @@ def test_pg_search_when_installed_and_opted_in(data_dir, server, monkeypatch):
         response = client.search("pdb", "metal fabrication", type="bm25")
         assert response.trace.retrievers[0].details["engine"] == "pg_search"
         assert response.hits[0].document_id == "1"
+
+
+def _bm25(client, pipeline, query, k=10):
+    response = client.search(pipeline, query, type="bm25", params={"k": k})
+    return [(h.document_id, h.version, round(h.score, 5)) for h in response.hits], \
+        response.trace.retrievers[0].details
+
+
+def test_cached_postings_are_reused_and_never_stale(client, pipeline, data_dir, monkeypatch):
+    from pgbraid.strategies import bm25
+
+    monkeypatch.setattr(bm25, "INLINE_POSTINGS", 0)  # every list through the cache
+    client.ingest(pipeline, [{"id": f"d{i}", "text": f"practice makes perfect {i} " + "scales " * (i % 4)}
+                             for i in range(40)])
+    first, details = _bm25(client, pipeline, "practice scales")
+    assert details["postings_fetched"] == details["postings_scored"] > 0
+    again, details = _bm25(client, pipeline, "practice scales")
+    assert again == first and details["postings_fetched"] == 0  # served from memory
+    # New versions, new fragments and merged segments: the cache must not show the old ones.
+    client.ingest(pipeline, [{"id": "d3", "text": "scales scales scales only"},
+                             {"id": "new", "text": "practice scales practice"}])
+    for i in range(bm25_index.MERGE_FACTOR):
+        client.ingest(pipeline, [{"id": f"extra{i}", "text": f"practice {i}"}])
+    cached, _ = _bm25(client, pipeline, "practice scales", k=60)
+    with pgbraid.connect(data_dir=data_dir, postings_cache_mb=0) as uncached_client:
+        uncached, details = _bm25(uncached_client, pipeline, "practice scales", k=60)
+    assert cached == uncached and details["postings_fetched"] == details["postings_scored"]
+    assert ("d3", 2) in {(d, v) for d, v, _ in cached} and ("d3", 1) not in {(d, v) for d, v, _ in cached}
+
+
+def test_postings_cache_stays_within_its_budget():
+    from pgbraid.strategies.bm25_postings import Postings, PostingsCache
+
+    def postings(n):
+        return Postings(np.arange(n, dtype="<i4"), np.ones(n, "<u2"), np.full(n, 10, "<u2"))
+
+    cache = PostingsCache(max_bytes=postings(1000).nbytes * 3)
+    for segment in range(10):
+        cache.put((1, None, segment, "term"), postings(1000))
+        assert cache.size_bytes <= cache.max_bytes
+    assert cache.get((1, None, 9, "term")) is not None and cache.get((1, None, 0, "term")) is None
+    cache.put((1, None, 99, "huge"), postings(10_000))  # larger than the budget: not kept
+    assert cache.get((1, None, 99, "huge")) is None
+    impacts = postings(3).impacts(0.9, 0.4, 10.0)
+    np.testing.assert_allclose(impacts, 1 / (1 + 0.9), rtol=1e-6)  # dl == avgdl

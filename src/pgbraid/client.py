@@ -16,7 +16,7 @@ from .ingest.writer import IngestReport, ingest
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
 from .scope import resolve_classifications
 from .strategies.base import Context
-
+from .strategies.bm25_postings import PostingsCache
 
 ANALYZE_AFTER = 1_000
 
@@ -34,8 +34,10 @@ class Client:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
+            cache_bytes = self.settings.postings_cache_mb * 1024 * 1024
             context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age,
-                              embedder=self.embedder)
+                              embedder=self.embedder,
+                              postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None)
             self._engine = Engine(self.db, tenant=self.tenant, context=context,
                                   max_query_chars=self.settings.max_query_chars,
                                   max_k=self.settings.max_k)

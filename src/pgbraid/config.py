@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = 30_000
     max_query_chars: int = 10_000
     max_k: int = 1_000
+    postings_cache_mb: int = 256
+    """Memory for cached BM25 posting arrays per client process (0: read them every query)."""
 
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or default_data_dir()).expanduser().resolve()

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row
 
 from .errors import InvalidRequest, NotFound
@@ -62,17 +63,17 @@ def get(conn: psycopg.Connection, name: str) -> Pipeline:
 
 def get_resolving(conn: psycopg.Connection, name: str,
                   held: tuple[str, ...]) -> tuple[Pipeline, tuple[str, ...]]:
-    """The pipeline and the resolved classifications, sent together (one round trip)."""
+    """The pipeline and the resolved classifications, in one statement."""
     from .scope import RESOLVE_CLASSIFICATIONS
 
-    with conn.cursor(row_factory=class_row(Pipeline)) as pipes, conn.cursor() as classes:
-        pipes.execute(_COLUMNS + " WHERE name = %s", (name,))
-        classes.execute(RESOLVE_CLASSIFICATIONS, (list(held),))
-        pipeline = pipes.fetchone()
-        resolved = classes.fetchone()[0]
-    if pipeline is None:
+    statement = sql.SQL("SELECT ({resolve}) AS held, p.* FROM (SELECT 1) AS one"
+                        " LEFT JOIN ({pipeline} WHERE name = %(name)s) AS p ON true").format(
+        resolve=sql.SQL(RESOLVE_CLASSIFICATIONS), pipeline=sql.SQL(_COLUMNS))
+    row = conn.execute(statement, {"held": list(held), "name": name}).fetchone()
+    resolved, *columns = row
+    if columns[0] is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
-    return pipeline, tuple(resolved or ())
+    return Pipeline(*columns), tuple(resolved or ())
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:

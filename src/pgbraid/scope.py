@@ -140,14 +140,14 @@ class FilterCompiler:
 
 
 RESOLVE_CLASSIFICATIONS = (
-    "WITH RECURSIVE r(name) AS (SELECT unnest(%s::text[])"
+    "WITH RECURSIVE r(name) AS (SELECT unnest(%(held)s::text[])"
     " UNION SELECT unnest(c.implies) FROM pgbraid.classifications c JOIN r ON c.name = r.name)"
     " SELECT array_agg(name ORDER BY name) FROM r")
 
 
 def resolve_classifications(conn: psycopg.Connection, held: tuple[str, ...]) -> tuple[str, ...]:
     """The held classifications plus everything they imply, transitively."""
-    row = conn.execute(RESOLVE_CLASSIFICATIONS, (list(held),)).fetchone()
+    row = conn.execute(RESOLVE_CLASSIFICATIONS, {"held": list(held)}).fetchone()
     return tuple(row[0] or ())
 
 

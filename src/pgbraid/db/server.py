@@ -220,7 +220,8 @@ class EmbeddedServer:
     def _pg_ctl_start(self, tcp_port: int | None) -> str | None:
         listen = "127.0.0.1" if tcp_port else ""
         options = (f"-c listen_addresses='{listen}' -k {self.socket_dir} "
-                   f"-c unix_socket_permissions=0700 -p {tcp_port or DEFAULT_PORT}")
+                   f"-c unix_socket_permissions=0700 -p {tcp_port or DEFAULT_PORT} "
+                   f"-c shared_buffers={shared_buffers_mb()}MB -c jit=off")
         result = self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.cluster), "-w", "-t", "30",
                             "-l", str(self.log_file), "-o", options, "start"], check=False)
         return None if result.returncode == 0 else (result.stderr or result.stdout).strip()
@@ -237,6 +238,20 @@ class EmbeddedServer:
             raise BackendUnavailable(
                 f"{Path(args[0]).name} failed: {(result.stderr or result.stdout).strip()}")
         return result
+
+
+def shared_buffers_mb() -> int:
+    """A quarter of the machine's memory, from 128 MB to 1 GB.
+
+    PostgreSQL's default of 128 MB held neither the postings nor the fragments
+    of a 100k-fragment pipeline (measured: a bm25 query's scope check took
+    2.5 ms from the OS cache, 1.0 ms from shared buffers).
+    """
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (ValueError, OSError, AttributeError):
+        return 128
+    return max(128, min(1024, total // 4))
 
 
 def _ensure_system_user() -> None:

@@ -59,6 +59,8 @@ class Context:
     extensions: frozenset[str] = frozenset()
     embedder: Callable[[str], Any] | None = None
     """Name -> loaded embedder (the client's cache)."""
+    postings: Any = None
+    """The client's cache of BM25 posting arrays (a bm25_postings.PostingsCache), or None."""
 
 
 class Strategy(ABC):

@@ -12,11 +12,14 @@ Lucene's 1.2 / 0.75 on short documents (measured on SciFact in bench/).
 Query path:
 1. read the pipeline statistics, and tokenize the query in PostgreSQL (same
    code-aware expansion and text-search configuration as ingestion) together
-   with its terms' document frequencies and posting segments (packed int32
-   ordinals, uint16 tf and length, in binary);
-2. score every posting with numpy: exact, OR semantics, no pruning that
+   with its terms' document frequencies and the segments holding their
+   postings (one round trip);
+2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
+   length) from the process's cache of immutable segments, fetching the
+   misses in binary in one statement (bm25_postings);
+3. score every posting with numpy: exact, OR semantics, no pruning that
    could change the top k;
-3. verify the best candidates against the scope (classifications, filters,
+4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 """
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import psycopg
@@ -37,7 +40,9 @@ from ..ingest.tokens import expand_code
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
+from . import bm25_postings
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .bm25_postings import Postings
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
@@ -50,18 +55,24 @@ SELECT s.fragments, s.total_length, s.next_ordinal,
 FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint
 """
 
-# One row per (query term, segment); a term absent from the pipeline has df 0
-# and no postings. Sent together with _STATS: one round trip.
+# One row per (query term, segment): the query's lexemes (same configuration
+# and code-aware expansion as ingestion), their document frequencies and the
+# segments holding their postings, with the arrays of short posting lists
+# inline (rare terms: nothing worth caching); bm25_postings.load gets the rest.
 _TERMS = """
 WITH q AS (
     SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, coalesce(t.df, 0) AS df
     FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
     LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s::bigint AND t.term = q.lexeme)
-SELECT q.term, q.qtf, q.df, p.ordinals, p.tfs, p.lengths
+SELECT q.term, q.qtf, q.df, p.segment,
+       CASE WHEN p.postings <= %(inline)s THEN p.ordinals END,
+       CASE WHEN p.postings <= %(inline)s THEN p.tfs END,
+       CASE WHEN p.postings <= %(inline)s THEN p.lengths END
 FROM q LEFT JOIN pgbraid.bm25_postings p
      ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term
-ORDER BY q.term
+ORDER BY q.term, p.segment
 """
+INLINE_POSTINGS = 128
 
 # Candidates arrive in score order; the first k in scope, with their columns,
 # in one statement. Each candidate is one probe of (pipeline_id, bm25_ordinal).
@@ -81,14 +92,6 @@ LIMIT %(k)s
 def idf(df: int, n: int) -> float:
     """Lucene's BM25 idf (always positive)."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-
-def term_scores(tfs: np.ndarray, lengths: np.ndarray, *, weight: float, k1: float, b: float,
-                avgdl: float) -> np.ndarray:
-    """weight * tf / (tf + k1 * (1 - b + b * dl / avgdl)); weight = qtf * idf."""
-    tf = tfs.astype(np.float32)
-    norm = k1 * (1.0 - b + b * lengths.astype(np.float32) / np.float32(avgdl))
-    return np.float32(weight) * tf / (tf + norm)
 
 
 def _number(request: SearchRequest, name: str, default: float, low: float, high: float) -> float:
@@ -122,34 +125,40 @@ class BM25(Strategy):
             from .pgsearch import run_pg_search
 
             return run_pg_search(conn, pipeline, request, scope, k)
-        return self._run_native(conn, pipeline, request, scope, k)
+        return self._run_native(conn, pipeline, request, scope, k, context)
 
     def _run_native(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
-                    scope: Scope, k: int) -> Outcome:
+                    scope: Scope, k: int, context: Context) -> Outcome:
         k1 = _number(request, "k1", DEFAULT_K1, 0.0, 10.0)
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
         config = detect(request.query, default=pipeline.language)
-        params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query)}
-        with conn.cursor() as stats, conn.cursor(binary=True) as postings:
+        params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query),
+                  "inline": INLINE_POSTINGS}
+        with conn.cursor() as stats, conn.cursor(binary=True) as segments:
             stats.execute(_STATS, params)
-            postings.execute(_TERMS, params)
+            segments.execute(_TERMS, params)
             n, total, size, dead = stats.fetchone()
-            rows = postings.fetchall()
+            rows = segments.fetchall()
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
-        terms = list(dict.fromkeys(r[0] for r in rows))
+        terms = {row[0]: (row[1], row[2]) for row in rows}
         if not terms:
             details.update(terms=[], explanation="the query has no searchable words "
                            "(only stop words or punctuation)")
             return Outcome([], details)
-        scores, read, postings = _score(rows, n, total, size, k1, b)
+        lists, fetched = bm25_postings.load(
+            conn, pipeline.id, pipeline.created_at,
+            [((segment, term), arrays) for term, _, _, segment, *arrays in rows
+             if segment is not None], context.postings)
+        scores = _score(terms, lists, n, total, size, k1, b)
         details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
-                            for t, q, df in dict.fromkeys((r[0], r[1], r[2]) for r in rows)]
-        details["postings_scored"] = read
+                            for t, (q, df) in terms.items()]
+        read = sum(len(p) for p in lists.values())
+        details.update(postings_scored=read, postings_fetched=fetched)
         if len(dead):
             scores[np.asarray(dead, dtype=np.int64)] = 0.0
-        hits, checked, rounds = _verify(conn, scores, scope, k)
-        hits = [_with_matched_terms(hit, ordinal, postings) for hit, ordinal in hits]
+        hits, checked, rounds = _verify(conn, scores, scope, k, _sample(terms, lists))
+        hits = _with_matched_terms(hits, lists, len(scores))
         details.update(candidates_checked=checked, verify_rounds=rounds, rows=len(hits))
         if not hits:
             details["explanation"] = ("no query term occurs in any fragment in scope"
@@ -157,52 +166,46 @@ class BM25(Strategy):
         return Outcome(hits, details)
 
 
-def _score(rows: list[tuple], n: int, total: int, size: int, k1: float,
-           b: float) -> tuple[np.ndarray, int, dict[str, list[np.ndarray]]]:
-    """Score every posting of the query's terms.
-
-    Returns the scores by ordinal, the number of postings read, and each term's
-    ordinals (to tell which terms matched a hit without asking the database).
-    """
+def _score(terms: dict[str, tuple[int, int]], lists: dict[tuple[int, str], Postings], n: int,
+           total: int, size: int, k1: float, b: float) -> np.ndarray:
+    """Score every posting of the query's terms (exact, OR semantics): scores by ordinal."""
     avgdl = total / n if n else 1.0
     scores = np.zeros(max(size, 1), dtype=np.float32)
-    postings: dict[str, list[np.ndarray]] = {}
-    read = 0
-    for term, qtf, df, ordinals, tfs, lengths in rows:
-        if df <= 0 or ordinals is None:
-            continue
-        ords = np.frombuffer(ordinals, dtype="<i4")
-        scores[ords] += term_scores(np.frombuffer(tfs, "<u2"), np.frombuffer(lengths, "<u2"),
-                                    weight=qtf * idf(df, n), k1=k1, b=b, avgdl=avgdl)
-        postings.setdefault(term, []).append(ords)
-        read += len(ords)
-    return scores, read, postings
+    for (_, term), postings in lists.items():
+        qtf, df = terms[term]
+        scores[postings.ordinals] += np.float32(qtf * idf(df, n)) * postings.impacts(k1, b, avgdl)
+    return scores
 
 
-def _with_matched_terms(row: Row, ordinal: int, postings: dict[str, list[np.ndarray]]) -> Row:
-    matched = [t for t, arrays in postings.items() if any((a == ordinal).any() for a in arrays)]
-    return dataclasses.replace(row, matched_terms=matched)
+def _with_matched_terms(hits: list[tuple[Row, int]], lists: dict[tuple[int, str], Postings],
+                        size: int) -> list[Row]:
+    """Each hit with the query terms whose postings hold its ordinal (vectorised:
+    a few numpy calls over all postings, not a few per list)."""
+    if not hits:
+        return []
+    slot = np.full(size, -1, dtype=np.int32)
+    slot[[ordinal for _, ordinal in hits]] = np.arange(len(hits), dtype=np.int32)
+    names = [term for _, term in lists]
+    positions = slot[np.concatenate([p.ordinals for p in lists.values()])]
+    owners = np.repeat(np.arange(len(names)), [len(p) for p in lists.values()])
+    found = positions >= 0
+    matched: list[dict[str, None]] = [{} for _ in hits]
+    for position, owner in zip(positions[found].tolist(), owners[found].tolist()):
+        matched[position][names[owner]] = None
+    return [dataclasses.replace(row, matched_terms=sorted(terms))
+            for (row, _), terms in zip(hits, matched)]
 
 
-def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope,
-            k: int) -> tuple[list[tuple[Row, int]], int, int]:
-    """The k best in-scope fragments (with their ordinals): candidates in score order,
-    widening each round."""
-    remaining = np.flatnonzero(scores > 0)
-    if not len(remaining) or k == 0:
+def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope, k: int,
+            sample: np.ndarray) -> tuple[list[tuple[Row, int]], int, int]:
+    """The k best in-scope fragments: candidates in score order, widening each round."""
+    if k == 0:
         return [], 0, 0
     where, params = scope.where("f")
     statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
     found: list[tuple[Row, int]] = []
-    checked, width, rounds = 0, max(4 * k, 32), 0
-    while len(found) < k and len(remaining):
-        # Only the best `width` of what is left need sorting this round.
-        if len(remaining) > width:
-            top = np.argpartition(-scores[remaining], width - 1)[:width]
-            batch, remaining = remaining[top], np.delete(remaining, top)
-        else:
-            batch, remaining = remaining, remaining[:0]
-        batch = batch[np.lexsort((batch, -scores[batch]))]
+    checked = rounds = 0
+    for batch in _batches(scores, max(4 * k, 32), sample):
         rounds += 1
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(statement, {**params, "candidates": batch.tolist(), "k": k - len(found)})
@@ -210,5 +213,62 @@ def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope,
                 ordinal = row.pop("ordinal")
                 found.append((Row(**row, score=float(scores[ordinal])), ordinal))
         checked += len(batch)
-        width *= 8
+        if len(found) >= k:
+            break
     return found, checked, rounds
+
+
+def _batches(scores: np.ndarray, width: int, sample: np.ndarray) -> Iterator[np.ndarray]:
+    """Ordinals with a positive score, best first (ties by ordinal), in batches
+    growing eightfold; only each batch's members are sorted."""
+    def ordered(batch: np.ndarray) -> np.ndarray:
+        return batch[np.lexsort((batch, -scores[batch]))]
+
+    first = _top(scores, width, sample)
+    if not len(first):
+        return
+    yield ordered(first)
+    remaining = np.flatnonzero(scores > 0)
+    remaining = remaining[~np.isin(remaining, first, assume_unique=True)]
+    while len(remaining):
+        width *= 8
+        if len(remaining) > width:
+            pick = np.argpartition(-scores[remaining], width - 1)[:width]
+            batch, remaining = remaining[pick], np.delete(remaining, pick)
+        else:
+            batch, remaining = remaining, remaining[:0]
+        yield ordered(batch)
+
+
+def _top(scores: np.ndarray, width: int, sample: np.ndarray) -> np.ndarray:
+    """The ``width`` best positive ordinals, unordered.
+
+    The width-th best score of a sample of distinct ordinals is a lower bound of
+    the width-th best overall, so only ordinals scoring at least that much need
+    partitioning (a few hundred instead of every ordinal of the pipeline).
+    """
+    pool = None
+    if len(sample) > width:
+        theta = np.partition(scores[sample], len(sample) - width)[len(sample) - width]
+        if theta > 0:
+            pool = np.flatnonzero(scores >= theta)
+    if pool is None:
+        pool = np.flatnonzero(scores > 0)
+    if len(pool) > width:
+        pool = pool[np.argpartition(scores[pool], len(pool) - width)[-width:]]
+    return pool
+
+
+def _sample(terms: dict[str, tuple[int, int]], lists: dict[tuple[int, str], Postings],
+            size: int = 4096) -> np.ndarray:
+    """Distinct ordinals from the rarest terms' postings (the likeliest best scores)."""
+    chosen, count = [], 0
+    for (_, term), postings in sorted(lists.items(), key=lambda item: terms[item[0][1]][1]):
+        if count >= size:
+            break
+        chosen.append(postings.ordinals[:size - count])
+        count += len(chosen[-1])
+    if not chosen:
+        return np.zeros(0, dtype=np.int32)
+    ordinals = np.sort(np.concatenate(chosen))  # np.unique hashes: 10x slower here
+    return ordinals[np.concatenate(([True], ordinals[1:] != ordinals[:-1]))]

@@ -1,0 +1,139 @@
+"""BM25 posting arrays, read through a per-process cache of immutable segments.
+
+A segment's postings never change once committed: merges write a new segment
+and delete the old ones, and segment numbers only grow (``next_segment`` is
+committed with the segment). So the arrays of (pipeline, segment, term) can be
+kept in memory and reused, while PostgreSQL still decides, in each query's own
+snapshot, which segments exist: the cache only saves re-reading bytes that a
+query has already been told are current. A pipeline's creation time is part of
+the key, so a recreated database never serves another pipeline's arrays.
+
+Each entry also keeps its per-posting impacts ``tf / (tf + k1 * (1 - b + b * dl / avgdl))``
+for the last (k1, b, avgdl) it was scored with; avgdl changes with every
+ingest, which recomputes them, so scores stay exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Hashable
+
+import numpy as np
+import psycopg
+
+Key = tuple[int, datetime, int, str]  # pipeline id, pipeline created_at, segment, term
+
+_ARRAYS = """
+SELECT p.segment, p.term, p.ordinals, p.tfs, p.lengths
+FROM unnest(%(segments)s::int[], %(terms)s::text[]) AS want(segment, term)
+JOIN pgbraid.bm25_postings p
+  ON p.pipeline_id = %(pipeline)s::bigint AND p.term = want.term AND p.segment = want.segment
+"""
+
+
+@dataclass(eq=False)
+class Postings:
+    """One term's postings in one segment: ordinals (int32), tf and fragment length (uint16)."""
+
+    ordinals: np.ndarray
+    tfs: np.ndarray
+    lengths: np.ndarray
+    _impacts: tuple[Hashable, np.ndarray] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_bytes(cls, ordinals: bytes, tfs: bytes, lengths: bytes) -> "Postings":
+        return cls(np.frombuffer(ordinals, "<i4"), np.frombuffer(tfs, "<u2"),
+                   np.frombuffer(lengths, "<u2"))
+
+    def __len__(self) -> int:
+        return len(self.ordinals)
+
+    @property
+    def nbytes(self) -> int:
+        return 12 * len(self.ordinals) + 200  # arrays, impacts, overhead
+
+    def impacts(self, k1: float, b: float, avgdl: float) -> np.ndarray:
+        """tf / (tf + k1 * (1 - b + b * dl / avgdl)) per posting, float32, memoised."""
+        key = (k1, b, avgdl)
+        memo = self._impacts  # one read: another thread may replace it meanwhile
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        tf = self.tfs.astype(np.float32)
+        norm = np.float32(k1) * (np.float32(1.0 - b)
+                                 + np.float32(b / avgdl) * self.lengths.astype(np.float32))
+        impacts = tf / (tf + norm)
+        self._impacts = (key, impacts)
+        return impacts
+
+
+class PostingsCache:
+    """LRU of Postings by key, bounded by bytes; thread-safe (hybrid legs run in threads)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Key, Postings] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Key) -> Postings | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Key, postings: Postings) -> None:
+        if postings.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._entries[key] = postings
+            self._bytes += postings.nbytes
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+
+def load(conn: psycopg.Connection, pipeline_id: int, created_at: datetime,
+         wanted: list[tuple[tuple[int, str], list[bytes | None]]],
+         cache: PostingsCache | None) -> tuple[dict[tuple[int, str], Postings], int]:
+    """The Postings of each (segment, term).
+
+    ``wanted`` pairs each (segment, term) with its arrays when the query already
+    returned them (short lists), else with Nones: those come from the cache or,
+    failing that, from PostgreSQL in one statement, and then go into the cache.
+    Returns the postings and how many of them were read from PostgreSQL.
+    """
+    found: dict[tuple[int, str], Postings] = {}
+    missing: list[tuple[int, str]] = []
+    fetched = 0
+    for (segment, term), arrays in wanted:
+        if arrays[0] is not None:
+            found[(segment, term)] = Postings.from_bytes(*arrays)
+            fetched += len(found[(segment, term)])
+            continue
+        entry = cache.get((pipeline_id, created_at, segment, term)) if cache is not None else None
+        if entry is None:
+            missing.append((segment, term))
+        else:
+            found[(segment, term)] = entry
+    if missing:
+        with conn.cursor(binary=True) as cur:
+            cur.execute(_ARRAYS, {"pipeline": pipeline_id, "segments": [s for s, _ in missing],
+                                  "terms": [t for _, t in missing]})
+            for segment, term, ordinals, tfs, lengths in cur:
+                postings = Postings.from_bytes(ordinals, tfs, lengths)
+                found[(segment, term)] = postings
+                fetched += len(postings)
+                if cache is not None:
+                    cache.put((pipeline_id, created_at, segment, term), postings)
+    return found, fetched
