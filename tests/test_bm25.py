@@ -194,6 +194,8 @@ def test_pg_search_gate_and_relational_send_nothing():
         assert response.hits == () and response.trace.retrievers[0].status == "ran"
         with pytest.raises(InvalidRequest):
             client.search("any", "x", type="fuzzy", params={"threshold": 2})
+        with pytest.raises(NotEnabled, match="PGBRAID_AGE"):
+            client.search("any", "x", type="graph", params={"seed": "G0016", "engine": "age"})
         assert client.db._pool is None  # no connection was ever opened
 
 

@@ -157,10 +157,17 @@ def test_promotion_puts_verbatim_identifiers_first():
     ('error "connection refused" on start', {"quoted"}),
     ("/usr/bin/python3 segfault", {"path"}),
     ("T1059.001 PowerShell", {"attack"}),
+    ("AnimatedSprite2D play", {"mixed-case"}),
 ])
 def test_planner_finds_identifiers(query, kinds):
     assert {kind for kind, _ in identifiers(query)} == kinds
     assert plan(query).legs[0].strategy == "fulltext"
+
+
+def test_mixed_case_names_weigh_lexical_legs_but_are_not_promoted():
+    claim = plan("ADAR1 binds to Dicer to cleave pre-miRNA.")
+    assert claim.legs[0].strategy == "fulltext" and claim.identifiers == []
+    assert plan("CVE-2021-44228 in log4j").identifiers == ["CVE-2021-44228"]
 
 
 def test_planner_weighs_questions_and_names():

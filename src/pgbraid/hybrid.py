@@ -84,7 +84,7 @@ def _plan(request: SearchRequest, *, graph: bool = False) -> planner.Plan:
         if planner.looks_like_name(request.query):
             names.append("fuzzy")
             reasons.append("looks like a name: fuzzy added")
-    found = [text for _, text in planner.identifiers(request.query)]
+    found = planner.promotable(planner.identifiers(request.query))
     return planner.Plan([planner.Leg(n) for n in names], reasons, found)
 
 

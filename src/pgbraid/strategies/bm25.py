@@ -150,7 +150,7 @@ class BM25(Strategy):
             conn, pipeline.id, pipeline.created_at,
             [((segment, term), arrays) for term, _, _, segment, *arrays in rows
              if segment is not None], context.postings)
-        scores = _score(terms, lists, n, total, size, k1, b)
+        scores, ordinals = _score(terms, lists, n, total, size, k1, b)
         details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
         read = sum(len(p) for p in lists.values())
@@ -158,7 +158,7 @@ class BM25(Strategy):
         if len(dead):
             scores[np.asarray(dead, dtype=np.int64)] = 0.0
         hits, checked, rounds = _verify(conn, scores, scope, k, _sample(terms, lists))
-        hits = _with_matched_terms(hits, lists, len(scores))
+        hits = _with_matched_terms(hits, lists, ordinals, len(scores))
         details.update(candidates_checked=checked, verify_rounds=rounds, rows=len(hits))
         if not hits:
             details["explanation"] = ("no query term occurs in any fragment in scope"
@@ -167,26 +167,33 @@ class BM25(Strategy):
 
 
 def _score(terms: dict[str, tuple[int, int]], lists: dict[tuple[int, str], Postings], n: int,
-           total: int, size: int, k1: float, b: float) -> np.ndarray:
-    """Score every posting of the query's terms (exact, OR semantics): scores by ordinal."""
+           total: int, size: int, k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """Score every posting of the query's terms (exact, OR semantics).
+
+    Returns the scores by ordinal (one bincount over all postings, summed in
+    float64) and all postings' ordinals, list after list.
+    """
     avgdl = total / n if n else 1.0
-    scores = np.zeros(max(size, 1), dtype=np.float32)
-    for (_, term), postings in lists.items():
-        qtf, df = terms[term]
-        scores[postings.ordinals] += np.float32(qtf * idf(df, n)) * postings.impacts(k1, b, avgdl)
-    return scores
+    if not lists:
+        return np.zeros(max(size, 1), dtype=np.float32), np.zeros(0, dtype=np.int32)
+    ordinals = np.concatenate([p.ordinals for p in lists.values()])
+    weights = np.concatenate([np.float32(terms[term][0] * idf(terms[term][1], n))
+                              * postings.impacts(k1, b, avgdl)
+                              for (_, term), postings in lists.items()])
+    scores = np.bincount(ordinals, weights=weights, minlength=max(size, 1)).astype(np.float32)
+    return scores, ordinals
 
 
 def _with_matched_terms(hits: list[tuple[Row, int]], lists: dict[tuple[int, str], Postings],
-                        size: int) -> list[Row]:
-    """Each hit with the query terms whose postings hold its ordinal (vectorised:
-    a few numpy calls over all postings, not a few per list)."""
+                        ordinals: np.ndarray, size: int) -> list[Row]:
+    """Each hit with the query terms whose postings hold its ordinal (a few numpy
+    calls over all postings, not a few per list)."""
     if not hits:
         return []
     slot = np.full(size, -1, dtype=np.int32)
     slot[[ordinal for _, ordinal in hits]] = np.arange(len(hits), dtype=np.int32)
     names = [term for _, term in lists]
-    positions = slot[np.concatenate([p.ordinals for p in lists.values()])]
+    positions = slot[ordinals]
     owners = np.repeat(np.arange(len(names)), [len(p) for p in lists.values()])
     found = positions >= 0
     matched: list[dict[str, None]] = [{} for _ in hits]
