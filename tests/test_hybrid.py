@@ -157,17 +157,18 @@ def test_promotion_puts_verbatim_identifiers_first():
     ('error "connection refused" on start', {"quoted"}),
     ("/usr/bin/python3 segfault", {"path"}),
     ("T1059.001 PowerShell", {"attack"}),
-    ("AnimatedSprite2D play", {"mixed-case"}),
 ])
 def test_planner_finds_identifiers(query, kinds):
     assert {kind for kind, _ in identifiers(query)} == kinds
     assert plan(query).legs[0].strategy == "fulltext"
 
 
-def test_mixed_case_names_weigh_lexical_legs_but_are_not_promoted():
+def test_mixed_case_names_are_found_but_plan_like_words():
+    assert identifiers("AnimatedSprite2D play") == [("mixed-case", "AnimatedSprite2D")]
     claim = plan("ADAR1 binds to Dicer to cleave pre-miRNA.")
-    assert claim.legs[0].strategy == "fulltext" and claim.identifiers == []
-    assert plan("CVE-2021-44228 in log4j").identifiers == ["CVE-2021-44228"]
+    assert [l.strategy for l in claim.legs] == ["bm25", "similarity"] and claim.identifiers == []
+    mixed = plan("miRNA in CVE-2021-44228 reports")  # with a real identifier: both count
+    assert mixed.legs[0].strategy == "fulltext" and mixed.identifiers == ["CVE-2021-44228"]
 
 
 def test_planner_weighs_questions_and_names():

@@ -84,7 +84,9 @@ def looks_like_name(query: str) -> bool:
 
 
 def plan(query: str, *, graph: bool = False) -> Plan:
-    found = identifiers(query)
+    # Mixed-case names alone (miRNA, iPhone) plan like words: an exact-phrase
+    # fulltext leg weighing most ranked SciFact claims by a gene name (measured).
+    found = identifiers(query) if promotable(identifiers(query)) else []
     words = re.findall(r"[^\W\d_]{2,}", query)
     question = bool(QUESTION.match(query.strip())) or query.strip().endswith("?")
     if found:
