@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from .errors import InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
@@ -66,14 +66,14 @@ def get_resolving(conn: psycopg.Connection, name: str,
     """The pipeline and the resolved classifications, in one statement."""
     from .scope import RESOLVE_CLASSIFICATIONS
 
-    statement = sql.SQL("SELECT ({resolve}) AS held, p.* FROM (SELECT 1) AS one"
-                        " LEFT JOIN ({pipeline} WHERE name = %(name)s) AS p ON true").format(
-        resolve=sql.SQL(RESOLVE_CLASSIFICATIONS), pipeline=sql.SQL(_COLUMNS))
-    row = conn.execute(statement, {"held": list(held), "name": name}).fetchone()
-    resolved, *columns = row
-    if columns[0] is None:
+    statement = sql.SQL("SELECT p.*, ({resolve}) AS held FROM ({pipeline} WHERE name = %(name)s) AS p"
+                        ).format(resolve=sql.SQL(RESOLVE_CLASSIFICATIONS), pipeline=sql.SQL(_COLUMNS))
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(statement, {"held": list(held), "name": name}).fetchone()
+    if row is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
-    return Pipeline(*columns), tuple(resolved or ())
+    resolved = row.pop("held")
+    return Pipeline(**row), tuple(resolved or ())
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:

@@ -86,7 +86,9 @@ def looks_like_name(query: str) -> bool:
 def plan(query: str, *, graph: bool = False) -> Plan:
     # Mixed-case names alone (miRNA, iPhone) plan like words: an exact-phrase
     # fulltext leg weighing most ranked SciFact claims by a gene name (measured).
-    found = identifiers(query) if promotable(identifiers(query)) else []
+    found = identifiers(query)
+    if not promotable(found):
+        found = []
     words = re.findall(r"[^\W\d_]{2,}", query)
     question = bool(QUESTION.match(query.strip())) or query.strip().endswith("?")
     if found:
@@ -100,10 +102,8 @@ def plan(query: str, *, graph: bool = False) -> Plan:
             legs.append(Leg("bm25", 1.5))
         legs.append(Leg("similarity", 0.5))
         kinds = sorted({kind for kind, _ in found})
-        promoted = promotable(found)
-        return Plan(legs, [f"exact identifiers ({', '.join(kinds)}): lexical legs weigh most"
-                           + (", hits holding them verbatim come first" if promoted else "")],
-                    promoted)
+        return Plan(legs, [f"exact identifiers ({', '.join(kinds)}): lexical legs weigh most, "
+                           "hits holding them verbatim come first"], promotable(found))
     if question or len(words) >= 6:
         return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
                     ["natural-language question: semantic leg weighs most"])
