@@ -66,11 +66,15 @@ def _query_tokens(client, config, query):
             (config, expand_code(query))) for _ in range(n)]
 
 
-@pytest.mark.parametrize("inline", [2048, 0], ids=["inline-lists", "cached-lists"])
-def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, monkeypatch):
-    from pgbraid.strategies import bm25
+@pytest.mark.parametrize(("inline", "prune_from"), [(2048, None), (0, None), (0, 0)],
+                         ids=["inline-lists", "cached-lists", "maxscore"])
+def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, prune_from,
+                                                   monkeypatch):
+    from pgbraid.strategies import bm25, bm25_topk
 
     monkeypatch.setattr(bm25, "INLINE_POSTINGS", inline)
+    if prune_from is not None:
+        monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
     ordinals, tokens = _corpus_tokens(client, cranfield)
     reference = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
     reference.index(tokens, show_progress=False)
@@ -90,6 +94,65 @@ def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, mo
         np.testing.assert_allclose(ours, best[: len(ours)], atol=1e-4, err_msg=query["text"])
         for hit in response.hits:  # same fragments at the same ranks (up to exact ties)
             assert expected[position[ordinal_of[hit.fragment_id]]] == pytest.approx(hit.score, abs=1e-4)
+
+
+def test_maxscore_ranks_exactly_like_scoring_every_posting(client, cranfield, monkeypatch):
+    """Pruning engages on most Cranfield queries and never changes a rank or a score."""
+    from pgbraid.strategies import bm25_topk
+
+    queries = [json.loads(line)["text"] for line in shared("cranfield", "queries.jsonl").open()]
+    pruned = 0
+    for query in queries:
+        results = []
+        for prune_from in (0, 10**12):
+            monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
+            response = client.search(cranfield, query, type="bm25", params={"k": 30})
+            results.append([(h.fragment_id, h.score, h.matched_terms) for h in response.hits])
+            details = response.trace.retrievers[0].details
+            pruned += prune_from == 0 and not details["exhaustive"]
+        assert results[0] == results[1], query
+    assert pruned > len(queries) // 2
+
+
+def _brute_force(lists, weights, size, dead, impacts):
+    scores = np.zeros(size)
+    for postings, weight in zip(lists, weights):
+        scores[postings.ordinals] += weight * postings.impacts(*impacts)
+    scores[dead] = 0
+    ranked = sorted((-s, o) for o, s in enumerate(scores) if s > 0)
+    return [o for _, o in ranked], scores
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_maxscore_on_synthetic_lists_with_ties_and_dead_fragments(seed, monkeypatch):
+    from pgbraid.strategies import bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings
+
+    monkeypatch.setattr(bm25_topk, "PRUNE_FROM", 0)
+    rng = np.random.default_rng(seed)
+    size, impacts = 5000, (0.9, 0.4, 20.0)
+    lists, weights = [], []
+    for df in rng.zipf(1.3, 12).clip(1, size):
+        ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
+        tfs = rng.integers(1, 3, df).astype("<u2")  # few distinct values: many ties
+        lengths = rng.choice([10, 20], df).astype("<u2")
+        lists.append(Postings(ordinals, tfs, lengths))
+        weights.append(float(np.log(1 + size / df)))
+    dead = rng.choice(size, 50, replace=False)
+    order, scores = _brute_force(lists, weights, size, dead, impacts)
+    for width in (1, 10, 40):
+        ranked = []
+        for prune_from in (0, 10**12):
+            monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts)
+            ranked.append([o for batch in ranking.batches(width) for o in batch.tolist()])
+            assert (ranking.stats.candidates > 0) == (prune_from == 0)  # phase 2 ran, or not
+            assert np.allclose(ranking.scores[ranked[-1]], scores[ranked[-1]], rtol=1e-12)
+        assert ranked[0] == ranked[1]  # the same sums in the same term order: identical
+        got = ranked[0]
+        assert sorted(got) == sorted(order)  # every positive, live fragment, once
+        assert all(np.diff(scores[got]) <= 1e-12)  # best first
 
 
 def test_long_code_chunk_finds_the_page_where_fulltext_finds_nothing(client, godot):  # noqa: F811
@@ -225,7 +288,7 @@ def test_cached_postings_are_reused_and_never_stale(client, pipeline, data_dir, 
     client.ingest(pipeline, [{"id": f"d{i}", "text": f"practice makes perfect {i} " + "scales " * (i % 4)}
                              for i in range(40)])
     first, details = _bm25(client, pipeline, "practice scales")
-    assert details["postings_fetched"] == details["postings_scored"] > 0
+    assert details["postings_fetched"] == details["postings"] > 0
     again, details = _bm25(client, pipeline, "practice scales")
     assert again == first and details["postings_fetched"] == 0  # served from memory
     # New versions, new fragments and merged segments: the cache must not show the old ones.
@@ -236,7 +299,7 @@ def test_cached_postings_are_reused_and_never_stale(client, pipeline, data_dir, 
     cached, _ = _bm25(client, pipeline, "practice scales", k=60)
     with pgbraid.connect(data_dir=data_dir, postings_cache_mb=0) as uncached_client:
         uncached, details = _bm25(uncached_client, pipeline, "practice scales", k=60)
-    assert cached == uncached and details["postings_fetched"] == details["postings_scored"]
+    assert cached == uncached and details["postings_fetched"] == details["postings"]
     assert ("d3", 2) in {(d, v) for d, v, _ in cached} and ("d3", 1) not in {(d, v) for d, v, _ in cached}
 
 

@@ -104,8 +104,9 @@ def expire_version(conn: psycopg.Connection, pipeline_id: int, version_id: int) 
 
 def _pack(pending: Pending) -> dict[str, list]:
     by_term: dict[str, tuple[list[int], list[int], list[int]]] = defaultdict(lambda: ([], [], []))
-    for ordinal, length, terms, tfs in zip(pending.ordinals, pending.lengths, pending.terms,
-                                           pending.tfs):
+    rows = sorted(zip(pending.ordinals, pending.lengths, pending.terms, pending.tfs),
+                  key=lambda row: row[0])  # each list sorted by ordinal (bm25_topk searches them)
+    for ordinal, length, terms, tfs in rows:
         for term, tf in zip(terms, tfs):
             entry = by_term[term]
             entry[0].append(ordinal)
@@ -196,7 +197,8 @@ def _merge(conn: psycopg.Connection, pipeline_id: int, segments: list[int]) -> N
         ordinals = np.concatenate([np.frombuffer(p[0], "<i4") for p in parts[term]])
         tfs = np.concatenate([np.frombuffer(p[1], "<u2") for p in parts[term]])
         lengths = np.concatenate([np.frombuffer(p[2], "<u2") for p in parts[term]])
-        keep = ~np.isin(ordinals, dead_set) if len(dead_set) else slice(None)
+        keep = ~np.isin(ordinals, dead_set) if len(dead_set) else np.ones(len(ordinals), bool)
+        keep = np.flatnonzero(keep)[np.argsort(ordinals[keep], kind="stable")]  # sorted by ordinal
         ordinals, tfs, lengths = ordinals[keep], tfs[keep], lengths[keep]
         if len(ordinals):
             terms.append(term)

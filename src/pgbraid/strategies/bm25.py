@@ -17,8 +17,9 @@ Query path:
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
-3. score every posting with numpy: exact, OR semantics, no pruning that
-   could change the top k;
+3. rank with numpy (bm25_topk): exact top-k, OR semantics, with MaxScore
+   pruning that skips the long lists of common terms once they cannot change
+   the top k;
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -43,34 +44,39 @@ from ..scope import Scope
 from . import bm25_postings
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 from .bm25_postings import Postings
+from .bm25_topk import Ranking, Term
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
 ENGINES = ("auto", "pgbraid", "pg_search")
 
-_STATS = """
-SELECT s.fragments, s.total_length, s.next_ordinal,
-       (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
-         WHERE pipeline_id = %(pipeline)s::bigint) AS dead
-FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint
-"""
-
-# One row per (query term, segment): the query's lexemes (same configuration
-# and code-aware expansion as ingestion), their document frequencies and the
-# segments holding their postings, with the arrays of short posting lists
-# inline (rare terms: nothing worth caching); bm25_postings.load gets the rest.
+# The pipeline statistics (dead ordinals on the first row only), then one row per
+# (query term, segment): the query's lexemes (same configuration and code-aware
+# expansion as ingestion), their document frequencies and the segments holding
+# their postings, with the arrays of short posting lists inline (rare terms:
+# nothing worth caching); bm25_postings.load gets the rest. One round trip.
 _TERMS = """
-WITH q AS (
+WITH s AS (
+    SELECT s.fragments, s.total_length, s.next_ordinal,
+           (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
+             WHERE pipeline_id = %(pipeline)s::bigint) AS dead
+    FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint),
+q AS (
     SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, coalesce(t.df, 0) AS df
     FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
-    LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s::bigint AND t.term = q.lexeme)
-SELECT q.term, q.qtf, q.df, p.segment,
-       CASE WHEN p.postings <= %(inline)s THEN p.ordinals END,
-       CASE WHEN p.postings <= %(inline)s THEN p.tfs END,
-       CASE WHEN p.postings <= %(inline)s THEN p.lengths END
-FROM q LEFT JOIN pgbraid.bm25_postings p
-     ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term
-ORDER BY q.term, p.segment
+    LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s::bigint AND t.term = q.lexeme),
+l AS (
+    SELECT q.term, q.qtf, q.df, p.segment,
+           CASE WHEN p.postings <= %(inline)s THEN p.ordinals END AS ordinals,
+           CASE WHEN p.postings <= %(inline)s THEN p.tfs END AS tfs,
+           CASE WHEN p.postings <= %(inline)s THEN p.lengths END AS lengths
+    FROM q LEFT JOIN pgbraid.bm25_postings p
+         ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term)
+SELECT s.fragments, s.total_length, s.next_ordinal,
+       CASE WHEN row_number() OVER (ORDER BY l.term, l.segment) = 1 THEN s.dead END,
+       l.term, l.qtf, l.df, l.segment, l.ordinals, l.tfs, l.lengths
+FROM s LEFT JOIN l ON true
+ORDER BY l.term, l.segment
 """
 INLINE_POSTINGS = 128
 
@@ -134,11 +140,10 @@ class BM25(Strategy):
         config = detect(request.query, default=pipeline.language)
         params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query),
                   "inline": INLINE_POSTINGS}
-        with conn.cursor() as stats, conn.cursor(binary=True) as segments:
-            stats.execute(_STATS, params)
-            segments.execute(_TERMS, params)
-            n, total, size, dead = stats.fetchone()
-            rows = segments.fetchall()
+        with conn.cursor(binary=True) as cur:
+            rows = cur.execute(_TERMS, params).fetchall()
+        n, total, size, dead = rows[0][:4] if rows else (0, 0, 0, [])
+        rows = [row[4:] for row in rows if row[4] is not None]
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
         terms = {row[0]: (row[1], row[2]) for row in rows}
@@ -150,61 +155,30 @@ class BM25(Strategy):
             conn, pipeline.id, pipeline.created_at,
             [((segment, term), arrays) for term, _, _, segment, *arrays in rows
              if segment is not None], context.postings)
-        scores, ordinals = _score(terms, lists, n, total, size, k1, b)
+        by_term: dict[str, list[Postings]] = {}
+        for (_, term), postings in lists.items():
+            by_term.setdefault(term, []).append(postings)
+        ranking = Ranking([Term(t, q * idf(df, n), by_term.get(t, [])) for t, (q, df) in terms.items()],
+                          size, np.asarray(dead, dtype=np.int64),
+                          (k1, b, total / n if n else 1.0))
         details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
-        read = sum(len(p) for p in lists.values())
-        details.update(postings_scored=read, postings_fetched=fetched)
-        if len(dead):
-            scores[np.asarray(dead, dtype=np.int64)] = 0.0
-        hits, checked, rounds = _verify(conn, scores, scope, k, _sample(terms, lists))
-        hits = _with_matched_terms(hits, lists, ordinals, len(scores))
-        details.update(candidates_checked=checked, verify_rounds=rounds, rows=len(hits))
+        hits, checked, rounds = _verify(conn, ranking, scope, k)
+        matched = ranking.matched([ordinal for _, ordinal in hits])
+        hits = [dataclasses.replace(row, matched_terms=names) for (row, _), names in zip(hits, matched)]
+        pruning = ranking.stats
+        details.update(postings=pruning.postings, postings_scored=pruning.scored,
+                       postings_fetched=fetched, candidates=pruning.candidates,
+                       exhaustive=pruning.exhaustive, candidates_checked=checked,
+                       verify_rounds=rounds, rows=len(hits))
         if not hits:
             details["explanation"] = ("no query term occurs in any fragment in scope"
-                                      if read == 0 else "no matching fragment is in scope")
+                                      if pruning.postings == 0 else "no matching fragment is in scope")
         return Outcome(hits, details)
 
 
-def _score(terms: dict[str, tuple[int, int]], lists: dict[tuple[int, str], Postings], n: int,
-           total: int, size: int, k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """Score every posting of the query's terms (exact, OR semantics).
-
-    Returns the scores by ordinal (one bincount over all postings, summed in
-    float64) and all postings' ordinals, list after list.
-    """
-    avgdl = total / n if n else 1.0
-    if not lists:
-        return np.zeros(max(size, 1), dtype=np.float32), np.zeros(0, dtype=np.int32)
-    ordinals = np.concatenate([p.ordinals for p in lists.values()])
-    weights = np.concatenate([np.float32(terms[term][0] * idf(terms[term][1], n))
-                              * postings.impacts(k1, b, avgdl)
-                              for (_, term), postings in lists.items()])
-    scores = np.bincount(ordinals, weights=weights, minlength=max(size, 1)).astype(np.float32)
-    return scores, ordinals
-
-
-def _with_matched_terms(hits: list[tuple[Row, int]], lists: dict[tuple[int, str], Postings],
-                        ordinals: np.ndarray, size: int) -> list[Row]:
-    """Each hit with the query terms whose postings hold its ordinal (a few numpy
-    calls over all postings, not a few per list)."""
-    if not hits:
-        return []
-    slot = np.full(size, -1, dtype=np.int32)
-    slot[[ordinal for _, ordinal in hits]] = np.arange(len(hits), dtype=np.int32)
-    names = [term for _, term in lists]
-    positions = slot[ordinals]
-    owners = np.repeat(np.arange(len(names)), [len(p) for p in lists.values()])
-    found = positions >= 0
-    matched: list[dict[str, None]] = [{} for _ in hits]
-    for position, owner in zip(positions[found].tolist(), owners[found].tolist()):
-        matched[position][names[owner]] = None
-    return [dataclasses.replace(row, matched_terms=sorted(terms))
-            for (row, _), terms in zip(hits, matched)]
-
-
-def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope, k: int,
-            sample: np.ndarray) -> tuple[list[tuple[Row, int]], int, int]:
+def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope,
+            k: int) -> tuple[list[tuple[Row, int]], int, int]:
     """The k best in-scope fragments: candidates in score order, widening each round."""
     if k == 0:
         return [], 0, 0
@@ -212,70 +186,14 @@ def _verify(conn: psycopg.Connection, scores: np.ndarray, scope: Scope, k: int,
     statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
     found: list[tuple[Row, int]] = []
     checked = rounds = 0
-    for batch in _batches(scores, max(4 * k, 32), sample):
+    for batch in ranking.batches(max(4 * k, 32)):
         rounds += 1
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(statement, {**params, "candidates": batch.tolist(), "k": k - len(found)})
             for row in cur.fetchall():
                 ordinal = row.pop("ordinal")
-                found.append((Row(**row, score=float(scores[ordinal])), ordinal))
+                found.append((Row(**row, score=float(ranking.scores[ordinal])), ordinal))
         checked += len(batch)
         if len(found) >= k:
             break
     return found, checked, rounds
-
-
-def _batches(scores: np.ndarray, width: int, sample: np.ndarray) -> Iterator[np.ndarray]:
-    """Ordinals with a positive score, best first (ties by ordinal), in batches
-    growing eightfold; only each batch's members are sorted."""
-    def ordered(batch: np.ndarray) -> np.ndarray:
-        return batch[np.lexsort((batch, -scores[batch]))]
-
-    first = _top(scores, width, sample)
-    if not len(first):
-        return
-    yield ordered(first)
-    remaining = np.flatnonzero(scores > 0)
-    remaining = remaining[~np.isin(remaining, first, assume_unique=True)]
-    while len(remaining):
-        width *= 8
-        if len(remaining) > width:
-            pick = np.argpartition(-scores[remaining], width - 1)[:width]
-            batch, remaining = remaining[pick], np.delete(remaining, pick)
-        else:
-            batch, remaining = remaining, remaining[:0]
-        yield ordered(batch)
-
-
-def _top(scores: np.ndarray, width: int, sample: np.ndarray) -> np.ndarray:
-    """The ``width`` best positive ordinals, unordered.
-
-    The width-th best score of a sample of distinct ordinals is a lower bound of
-    the width-th best overall, so only ordinals scoring at least that much need
-    partitioning (a few hundred instead of every ordinal of the pipeline).
-    """
-    pool = None
-    if len(sample) > width:
-        theta = np.partition(scores[sample], len(sample) - width)[len(sample) - width]
-        if theta > 0:
-            pool = np.flatnonzero(scores >= theta)
-    if pool is None:
-        pool = np.flatnonzero(scores > 0)
-    if len(pool) > width:
-        pool = pool[np.argpartition(scores[pool], len(pool) - width)[-width:]]
-    return pool
-
-
-def _sample(terms: dict[str, tuple[int, int]], lists: dict[tuple[int, str], Postings],
-            size: int = 4096) -> np.ndarray:
-    """Distinct ordinals from the rarest terms' postings (the likeliest best scores)."""
-    chosen, count = [], 0
-    for (_, term), postings in sorted(lists.items(), key=lambda item: terms[item[0][1]][1]):
-        if count >= size:
-            break
-        chosen.append(postings.ordinals[:size - count])
-        count += len(chosen[-1])
-    if not chosen:
-        return np.zeros(0, dtype=np.int32)
-    ordinals = np.sort(np.concatenate(chosen))  # np.unique hashes: 10x slower here
-    return ordinals[np.concatenate(([True], ordinals[1:] != ordinals[:-1]))]

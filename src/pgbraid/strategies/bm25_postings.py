@@ -41,12 +41,16 @@ class Postings:
     ordinals: np.ndarray
     tfs: np.ndarray
     lengths: np.ndarray
-    _impacts: tuple[Hashable, np.ndarray] | None = field(default=None, repr=False)
+    _impacts: tuple[Hashable, np.ndarray, float] | None = field(default=None, repr=False)
 
     @classmethod
     def from_bytes(cls, ordinals: bytes, tfs: bytes, lengths: bytes) -> "Postings":
-        return cls(np.frombuffer(ordinals, "<i4"), np.frombuffer(tfs, "<u2"),
-                   np.frombuffer(lengths, "<u2"))
+        """The stored arrays, sorted by ordinal (earlier merges wrote some unsorted)."""
+        o, t, n = np.frombuffer(ordinals, "<i4"), np.frombuffer(tfs, "<u2"), np.frombuffer(lengths, "<u2")
+        if len(o) > 1 and not (o[1:] > o[:-1]).all():
+            order = np.argsort(o, kind="stable")
+            o, t, n = o[order], t[order], n[order]
+        return cls(o, t, n)
 
     def __len__(self) -> int:
         return len(self.ordinals)
@@ -57,16 +61,24 @@ class Postings:
 
     def impacts(self, k1: float, b: float, avgdl: float) -> np.ndarray:
         """tf / (tf + k1 * (1 - b + b * dl / avgdl)) per posting, float32, memoised."""
+        return self._memo(k1, b, avgdl)[1]
+
+    def max_impact(self, k1: float, b: float, avgdl: float) -> float:
+        """The largest impact (the list's share of a score bound)."""
+        return self._memo(k1, b, avgdl)[2]
+
+    def _memo(self, k1: float, b: float, avgdl: float) -> tuple[Hashable, np.ndarray, float]:
         key = (k1, b, avgdl)
         memo = self._impacts  # one read: another thread may replace it meanwhile
         if memo is not None and memo[0] == key:
-            return memo[1]
+            return memo
         tf = self.tfs.astype(np.float32)
         norm = np.float32(k1) * (np.float32(1.0 - b)
                                  + np.float32(b / avgdl) * self.lengths.astype(np.float32))
         impacts = tf / (tf + norm)
-        self._impacts = (key, impacts)
-        return impacts
+        memo = (key, impacts, float(impacts.max()) if len(impacts) else 0.0)
+        self._impacts = memo
+        return memo
 
 
 class PostingsCache:
