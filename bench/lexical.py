@@ -227,6 +227,8 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
             "pgbraid bm25": lambda t, toks, orq: client.search(pipeline, t, type="bm25", params={"k": 10}),
             "pgbraid bm25, posting cache off": lambda t, toks, orq: uncached.search(
                 pipeline, t, type="bm25", params={"k": 10}),
+            "pgbraid bm25, MaxScore at any size": lambda t, toks, orq: _maxscore(
+                lambda: client.search(pipeline, t, type="bm25", params={"k": 10})),
             "native AND ts_rank_cd": lambda t, toks, orq: native(client, pid, NATIVE_AND, t, 10),
             "native OR ts_rank_cd": lambda t, toks, orq: native(client, pid, NATIVE_OR, orq, 10),
         }
@@ -250,6 +252,71 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
                       f"{exact}/{len(prepared)} queries")
 
 
+def _maxscore(search):
+    """Run search with MaxScore engaged whatever the query's postings (PRUNE_FROM 0)."""
+    from pgbraid.strategies import bm25_topk
+
+    default, bm25_topk.PRUNE_FROM = bm25_topk.PRUNE_FROM, 0
+    try:
+        return search()
+    finally:
+        bm25_topk.PRUNE_FROM = default
+
+
+def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10)) -> None:
+    """Ranking alone (no SQL): every posting vs MaxScore, on the pipeline's own posting
+    lists for each query, tiled ``n`` times (ordinal + i * size) to stand for a corpus
+    ``n`` times larger with the same term statistics. This is what PRUNE_FROM rests on."""
+    from pgbraid.strategies import bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings
+
+    captured = []
+    original = bm25_topk.Ranking.__init__
+
+    def capture(self, terms, size, dead, impacts):
+        captured.append(([(t.name, t.weight, list(t.lists)) for t in terms], size, impacts))
+        original(self, terms, size, dead, impacts)
+
+    queries, _ = scifact_queries()
+    sets = {"SciFact queries": [t for _, t in queries][:100], "30-token code chunks": code_chunks()}
+    rows = []
+    for set_name, texts in sets.items():
+        captured.clear()
+        bm25_topk.Ranking.__init__ = capture
+        try:
+            for text in texts:
+                client.search(pipeline, text, type="bm25", params={"k": 10})
+        finally:
+            bm25_topk.Ranking.__init__ = original
+        for n in copies:
+            samples = {"every posting": [], "MaxScore": []}
+            postings = []
+            for terms, size, impacts in captured:
+                tiled = [(name, weight, [_tile(p, size, n, Postings) for p in lists])
+                         for name, weight, lists in terms]
+                for label, prune_from in (("every posting", 10**12), ("MaxScore", 0)):
+                    bm25_topk.PRUNE_FROM, default = prune_from, bm25_topk.PRUNE_FROM
+                    try:
+                        ranking = bm25_topk.Ranking([bm25_topk.Term(*t) for t in tiled], size * n,
+                                                    np.zeros(0, dtype=np.int64), impacts)
+                        samples[label].append(timed(lambda: ranking.top(40)))
+                    finally:
+                        bm25_topk.PRUNE_FROM = default
+                postings.append((ranking.stats.postings, ranking.stats.scored))
+            every, maxscore = (percentiles(samples[k]) for k in ("every posting", "MaxScore"))
+            total, scored = np.median(np.array(postings), axis=0)
+            rows.append([f"{set_name}, lists x{n}", int(total), int(scored), every[0], every[1],
+                         maxscore[0], maxscore[1], maxscore[0] / every[0]])
+    table(f"Ranking only (top 40, no SQL), {pipeline}'s lists tiled: every posting vs MaxScore",
+          ["queries", "postings", "MaxScore scored", "all p50", "all p95", "MaxScore p50",
+           "MaxScore p95", "MaxScore / all"], rows)
+
+
+def _tile(postings, size: int, n: int, cls):
+    ordinals = np.concatenate([postings.ordinals.astype(np.int64) + i * size for i in range(n)])
+    return cls(ordinals.astype(np.int32), np.tile(postings.tfs, n), np.tile(postings.lengths, n))
+
+
 def _same_top(client, pipeline, peers, text, tokens) -> bool:
     ours = [h.score for h in client.search(pipeline, text, type="bm25", params={"k": 10}).hits]
     theirs = [s for _, s in peers.bm25s_same(tokens, 10)]
@@ -270,3 +337,4 @@ def run(*, quick: bool = False) -> None:
             n = conn.execute("SELECT fragments FROM pgbraid.bm25_stats s JOIN pgbraid.pipelines p"
                              " ON p.id = s.pipeline_id WHERE p.name = %s", (BIG,)).fetchone()[0]
         speed(client, BIG, big, f"{n:,} fragments (SciFact + shuffled copies, Godot, Cranfield, CISI)")
+        pruning(client, BIG)

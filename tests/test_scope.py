@@ -145,4 +145,4 @@ def test_gin_index_serves_fulltext_under_rls(client, pipeline):
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN SELECT id FROM pgbraid.fragments f WHERE f.current AND NOT f.quarantined"
             " AND f.tsv @@ to_tsquery('english', 'zygote')"))
-    assert "fragments_tsv" in plan
+    assert "fragments_tsv" in plan, plan

@@ -121,19 +121,24 @@ def load(conn: psycopg.Connection, pipeline_id: int, created_at: datetime,
     """The Postings of each (segment, term).
 
     ``wanted`` pairs each (segment, term) with its arrays when the query already
-    returned them (short lists), else with Nones: those come from the cache or,
-    failing that, from PostgreSQL in one statement, and then go into the cache.
-    Returns the postings and how many of them were read from PostgreSQL.
+    returned them (short lists), else with Nones. Every list comes from the cache
+    when it is there (a cached short list keeps its sorted arrays and memoised
+    impacts); else from the arrays returned, or from PostgreSQL in one statement;
+    then it goes into the cache. Returns the postings and how many postings
+    PostgreSQL sent.
     """
     found: dict[tuple[int, str], Postings] = {}
     missing: list[tuple[int, str]] = []
     fetched = 0
     for (segment, term), arrays in wanted:
+        key = (pipeline_id, created_at, segment, term)
+        entry = cache.get(key) if cache is not None else None
         if arrays[0] is not None:
-            found[(segment, term)] = Postings.from_bytes(*arrays)
-            fetched += len(found[(segment, term)])
-            continue
-        entry = cache.get((pipeline_id, created_at, segment, term)) if cache is not None else None
+            fetched += len(arrays[0]) // 4
+            if entry is None:
+                entry = Postings.from_bytes(*arrays)
+                if cache is not None:
+                    cache.put(key, entry)
         if entry is None:
             missing.append((segment, term))
         else:
