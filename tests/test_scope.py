@@ -33,6 +33,18 @@ def test_holding_secret_implies_internal(client, classified):
     assert {h.document_id for h in hits} == {"s", "i", "p"}
 
 
+def test_redefining_a_classification_takes_back_what_it_implied(client, classified):
+    client.define_classification("topsecret", implies=["secret"])
+    hits = client.search(classified, "reactor", classification="topsecret", params={"k": 10}).hits
+    assert {h.document_id for h in hits} == {"s", "i", "p"}  # through secret -> internal -> public
+    client.define_classification("topsecret", implies=[])
+    assert client.search(classified, "reactor", classification="topsecret").hits == ()
+    client.define_classification("internal", implies=[])  # cuts the chain under secret too
+    hits = client.search(classified, "reactor", classification="secret", params={"k": 10}).hits
+    assert {h.document_id for h in hits} == {"s", "i"}
+    client.define_classification("internal", implies=["public"])
+
+
 def test_default_reader_holds_public_only(client, classified):
     hits = client.search(classified, "reactor", params={"k": 10}).hits
     assert {h.document_id for h in hits} == {"p"}

@@ -14,7 +14,7 @@ from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
-from .scope import resolve_classifications
+from .scope import CLOSE_CLASSIFICATIONS, resolve_classifications
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 
@@ -98,10 +98,15 @@ class Client:
         (name,) = parse_classifications([name])
         implied = list(parse_classifications(list(implies))) if implies else []
         with self.session() as conn:
+            # One definition at a time per tenant, so each recomputation of the
+            # closures sees every definition committed before it.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgbraid.classifications'),"
+                         " hashtext(current_setting('pgbraid.tenant')))")
             conn.execute(
                 "INSERT INTO pgbraid.classifications (name, implies) VALUES (%s, %s)"
                 " ON CONFLICT (tenant_id, name) DO UPDATE SET implies = EXCLUDED.implies",
                 (name, implied))
+            conn.execute(CLOSE_CLASSIFICATIONS)
 
     # -- ingestion ------------------------------------------------------------
 

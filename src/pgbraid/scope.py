@@ -139,10 +139,21 @@ class FilterCompiler:
         return sql.SQL("NOT ({})").format(condition) if negate else condition
 
 
+# What a reader holds: the held names plus the stored closure of each (migration 008).
 RESOLVE_CLASSIFICATIONS = (
-    "WITH RECURSIVE r(name) AS (SELECT unnest(%(held)s::text[])"
-    " UNION SELECT unnest(c.implies) FROM pgbraid.classifications c JOIN r ON c.name = r.name)"
-    " SELECT array_agg(name ORDER BY name) FROM r")
+    "SELECT ARRAY(SELECT unnest(%(held)s::text[]) UNION SELECT unnest(c.closure)"
+    " FROM pgbraid.classifications c WHERE c.name = ANY(%(held)s::text[]) ORDER BY 1)")
+
+# Recompute every closure of the tenant (row-level security scopes it), after a change.
+CLOSE_CLASSIFICATIONS = """
+WITH RECURSIVE r(root, name) AS (
+    SELECT name, name FROM pgbraid.classifications
+    UNION
+    SELECT r.root, unnest(c.implies) FROM pgbraid.classifications c JOIN r ON c.name = r.name)
+UPDATE pgbraid.classifications c SET closure = s.closure
+FROM (SELECT root, array_agg(DISTINCT name ORDER BY name) AS closure FROM r GROUP BY root) s
+WHERE c.name = s.root AND c.closure IS DISTINCT FROM s.closure
+"""
 
 
 def resolve_classifications(conn: psycopg.Connection, held: tuple[str, ...]) -> tuple[str, ...]:

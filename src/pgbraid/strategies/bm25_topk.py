@@ -86,6 +86,7 @@ class Ranking:
         self.dead = dead
         self.stats = Pruning(postings=sum(len(p) for t in terms for p in t.lists))
         self.scores = np.zeros(0)
+        self._postings: tuple[np.ndarray, np.ndarray, list[str]] | None = None
 
     def _weights(self, term: Term, postings: Postings) -> np.ndarray:
         return term.weight * postings.impacts(*self.impacts)
@@ -147,10 +148,12 @@ class Ranking:
         if not self.stats.exhaustive:
             lists = [(t, p) for t in self.terms for p in t.lists if len(p)]
             if lists:
+                ordinals = np.concatenate([p.ordinals for _, p in lists])
                 self.scores = np.bincount(
-                    np.concatenate([p.ordinals for _, p in lists]),
-                    weights=np.concatenate([self._weights(t, p) for t, p in lists]),
+                    ordinals, weights=np.concatenate([self._weights(t, p) for t, p in lists]),
                     minlength=self.size)
+                ends = np.cumsum([len(p) for _, p in lists])
+                self._postings = (ordinals, ends, [t.name for t, _ in lists])
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
@@ -178,19 +181,30 @@ class Ranking:
             yield _ordered(scores, batch)
 
     def matched(self, ordinals: list[int]) -> list[list[str]]:
-        """For each ordinal, the query terms whose postings hold it.
+        """For each ordinal, the query terms whose postings hold it."""
+        if self._postings is None:
+            return self._matched_by_search(ordinals)
+        # Every posting was scored: one pass over all of them finds the wanted
+        # ordinals, and the list boundaries say which term each came from.
+        everything, ends, names = self._postings
+        wanted = np.zeros(self.size, dtype=bool)
+        wanted[ordinals] = True
+        at = np.flatnonzero(wanted[everything])
+        index = {ordinal: i for i, ordinal in enumerate(ordinals)}
+        found: list[set[str]] = [set() for _ in ordinals]
+        for ordinal, owner in zip(everything[at].tolist(),
+                                  np.searchsorted(ends, at, side="right").tolist()):
+            found[index[ordinal]].add(names[owner])
+        return [sorted(terms) for terms in found]
 
-        One binary search over every list at once: list ``i``'s sorted ordinals
-        become keys ``i << 32 | ordinal``, which are sorted as a whole.
-        """
-        lists = [(term.name, p.ordinals) for term in self.terms for p in term.lists if len(p)]
-        if not lists or not ordinals:
-            return [[] for _ in ordinals]
-        offsets = np.arange(len(lists), dtype=np.int64) << 32
-        keys = np.concatenate([o + offset for (_, o), offset in zip(lists, offsets)])
-        wanted = (offsets[:, None] + np.asarray(ordinals, dtype=np.int64)[None, :]).ravel()
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        held = (keys[at] == wanted).reshape(len(lists), len(ordinals))
+    def _matched_by_search(self, ordinals: list[int]) -> list[list[str]]:
+        """The same, by binary search in each (sorted) list."""
+        wanted = np.asarray(ordinals, dtype=np.int32)
+        lists = [(term.name, p) for term in self.terms for p in term.lists if len(p)]
+        held = np.zeros((len(lists), len(wanted)), dtype=bool)
+        for row, (_, postings) in enumerate(lists):
+            at = np.minimum(np.searchsorted(postings.ordinals, wanted), len(postings) - 1)
+            held[row] = postings.ordinals[at] == wanted
         return [sorted({lists[row][0] for row in np.flatnonzero(column)}) for column in held.T]
 
 
