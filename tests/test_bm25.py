@@ -318,3 +318,19 @@ def test_postings_cache_stays_within_its_budget():
     assert cache.get((1, None, 99, "huge")) is None
     impacts = postings(3).impacts(0.9, 0.4, 10.0)
     np.testing.assert_allclose(impacts, 1 / (1 + 0.9), rtol=1e-6)  # dl == avgdl
+
+
+def test_a_monolingual_pipeline_tokenizes_queries_in_its_language(client, pipeline, data_dir):
+    german = "Die Geschwindigkeit des Spielers wird jede Sekunde berechnet"
+    client.ingest(pipeline, [{"id": "en", "text": "The player's speed is computed every second."}])
+    for strategy in ("bm25", "fulltext", "bm25"):  # the second bm25 runs on what the first learnt
+        details = client.search(pipeline, german, type=strategy).trace.retrievers[0].details
+        assert details["config"] == "english", strategy
+    client.ingest(pipeline, [{"id": "de", "text": german, "language": "de"}])
+    for strategy in ("bm25", "fulltext"):  # a second language: detection again, at once
+        response = client.search(pipeline, german, type=strategy)
+        assert response.trace.retrievers[0].details["config"] == "german", strategy
+        assert response.hits[0].document_id == "de"
+    with pgbraid.connect(data_dir=data_dir) as fresh:  # a process that never saw the pipeline
+        details = fresh.search(pipeline, german, type="bm25").trace.retrievers[0].details
+        assert details["config"] == "german"

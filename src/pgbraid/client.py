@@ -17,6 +17,7 @@ from .models import PipelineInfo, SearchResponse, parse_classifications, validat
 from .scope import CLOSE_CLASSIFICATIONS, resolve_classifications
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
+from .strategies.query_language import QueryLanguages
 
 ANALYZE_AFTER = 1_000
 
@@ -37,7 +38,8 @@ class Client:
             cache_bytes = self.settings.postings_cache_mb * 1024 * 1024
             context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age,
                               embedder=self.embedder,
-                              postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None)
+                              postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
+                              languages=QueryLanguages())
             self._engine = Engine(self.db, tenant=self.tenant, context=context,
                                   max_query_chars=self.settings.max_query_chars,
                                   max_k=self.settings.max_k)

@@ -64,8 +64,12 @@ class Pending:
     lengths: list[int] = field(default_factory=list)
     terms: list[list[str]] = field(default_factory=list)
     tfs: list[list[int]] = field(default_factory=list)
+    configs: set[str] = field(default_factory=set)
+    """Text-search configurations of the fragments written."""
 
-    def add(self, ordinal: int, length: int, terms: list[str] | None, tfs: list[int] | None) -> None:
+    def add(self, ordinal: int, length: int, terms: list[str] | None, tfs: list[int] | None,
+            config: str) -> None:
+        self.configs.add(config)
         self.ordinals.append(ordinal)
         self.lengths.append(min(length, MAX_LENGTH))
         self.terms.append(terms or [])
@@ -76,6 +80,7 @@ class Pending:
         self.lengths += other.lengths
         self.terms += other.terms
         self.tfs += other.tfs
+        self.configs |= other.configs
 
     def __len__(self) -> int:
         return len(self.ordinals)
@@ -128,9 +133,12 @@ def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending) -> None:
         return
     segment = conn.execute(
         "UPDATE pgbraid.bm25_stats SET next_segment = next_segment + 1,"
-        " fragments = fragments + %(n)s, total_length = total_length + %(length)s"
+        " fragments = fragments + %(n)s, total_length = total_length + %(length)s,"
+        " configs = CASE WHEN configs @> %(configs)s::text[] THEN configs"
+        "  ELSE ARRAY(SELECT DISTINCT unnest(configs || %(configs)s::text[]) ORDER BY 1) END"
         " WHERE pipeline_id = %(p)s RETURNING next_segment - 1",
-        {"n": len(pending), "length": sum(pending.lengths), "p": pipeline_id}).fetchone()[0]
+        {"n": len(pending), "length": sum(pending.lengths), "p": pipeline_id,
+         "configs": sorted(pending.configs)}).fetchone()[0]
     conn.execute("INSERT INTO pgbraid.bm25_segments (pipeline_id, segment, fragments, tier)"
                  " VALUES (%s, %s, %s, %s)", (pipeline_id, segment, len(pending),
                                               tier_of(len(pending))))

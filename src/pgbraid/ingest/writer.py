@@ -158,7 +158,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
         while True:
             fragment_id, *postings = cur.fetchone()
             ids.append(fragment_id)
-            pending.add(*postings)
+            pending.add(*postings, config=rows[len(ids) - 1]["config"])
             if not cur.nextset():
                 break
     return ids

@@ -61,6 +61,8 @@ class Context:
     """Name -> loaded embedder (the client's cache)."""
     postings: Any = None
     """The client's cache of BM25 posting arrays (a bm25_postings.PostingsCache), or None."""
+    languages: Any = None
+    """The client's knowledge of monolingual pipelines (a query_language.QueryLanguages), or None."""
 
 
 class Strategy(ABC):

@@ -36,12 +36,11 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled
-from ..ingest.language import detect
 from ..ingest.tokens import expand_code
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
-from . import bm25_postings
+from . import bm25_postings, query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 from .bm25_postings import Postings
 from .bm25_topk import Ranking, Term
@@ -57,7 +56,7 @@ ENGINES = ("auto", "pgbraid", "pg_search")
 # nothing worth caching); bm25_postings.load gets the rest. One round trip.
 _TERMS = """
 WITH s AS (
-    SELECT s.fragments, s.total_length, s.next_ordinal,
+    SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
            (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
              WHERE pipeline_id = %(pipeline)s::bigint) AS dead
     FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint),
@@ -72,7 +71,7 @@ l AS (
            CASE WHEN p.postings <= %(inline)s THEN p.lengths END AS lengths
     FROM q LEFT JOIN pgbraid.bm25_postings p
          ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term)
-SELECT s.fragments, s.total_length, s.next_ordinal,
+SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
        CASE WHEN row_number() OVER (ORDER BY l.term, l.segment) = 1 THEN s.dead END,
        l.term, l.qtf, l.df, l.segment, l.ordinals, l.tfs, l.lengths
 FROM s LEFT JOIN l ON true
@@ -137,13 +136,18 @@ class BM25(Strategy):
                     scope: Scope, k: int, context: Context) -> Outcome:
         k1 = _number(request, "k1", DEFAULT_K1, 0.0, 10.0)
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
-        config = detect(request.query, default=pipeline.language)
+        config = query_language.choose(context.languages, pipeline, request.query)
         params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query),
                   "inline": INLINE_POSTINGS}
         with conn.cursor(binary=True) as cur:
             rows = cur.execute(_TERMS, params).fetchall()
-        n, total, size, dead = rows[0][:4] if rows else (0, 0, 0, [])
-        rows = [row[4:] for row in rows if row[4] is not None]
+            again = context.languages and rows and context.languages.recheck(
+                pipeline, request.query, config, rows[0][3])
+            if again:
+                config = params["config"] = again
+                rows = cur.execute(_TERMS, params).fetchall()
+        n, total, size, _, dead = rows[0][:5] if rows else (0, 0, 0, [], [])
+        rows = [row[5:] for row in rows if row[5] is not None]
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
         terms = {row[0]: (row[1], row[2]) for row in rows}

@@ -1,6 +1,7 @@
 """fulltext: PostgreSQL text search over the stored tsvector.
 
-The query is parsed with ``websearch_to_tsquery`` in the configuration of the
+The query is parsed with ``websearch_to_tsquery`` in the pipeline's only
+text-search configuration, or, when its fragments use several, in that of the
 query's detected language (the pipeline's language when detection is unsure),
 matched against the GIN-indexed ``tsv`` and ranked by ``ts_rank_cd`` divided
 by 1 + log(length) (normalization 1). Every word must match (AND semantics), so
@@ -19,10 +20,10 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from ..errors import InvalidRequest
-from ..ingest.language import detect
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
+from . import query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
 _SEARCH = """
@@ -36,7 +37,10 @@ ORDER BY score DESC, f.id
 LIMIT %(k)s
 """
 
-_QUERY_TEXT = "SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text"
+_QUERY_TEXT = """
+SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text,
+       (SELECT configs FROM pgbraid.bm25_stats WHERE pipeline_id = %(pipeline)s::bigint)
+"""
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 MAX_EXPLAINED_TOKENS = 64
@@ -70,10 +74,16 @@ class FullText(Strategy):
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        config = detect(request.query, default=pipeline.language)
+        config = query_language.choose(context.languages, pipeline, request.query)
         params: dict[str, Any] = {"config": config, "query": request.query, "k": k,
+                                  "pipeline": pipeline.id,
                                   "threshold": request.params.get("threshold") or 0.0}
-        tsquery = conn.execute(_QUERY_TEXT, params).fetchone()[0]
+        tsquery, configs = conn.execute(_QUERY_TEXT, params).fetchone()
+        again = context.languages and context.languages.recheck(
+            pipeline, request.query, config, configs or [])
+        if again:
+            config = params["config"] = again
+            tsquery = conn.execute(_QUERY_TEXT, params).fetchone()[0]
         tokens = tokens_of(tsquery)
         details: dict[str, Any] = {"raw_query": request.query, "config": config,
                                    "tsquery": tsquery, "tokens": tokens}
