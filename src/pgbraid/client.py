@@ -125,7 +125,7 @@ class Client:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self.db.admin() as conn:
                 conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
-                             " pgbraid.bm25_terms, pgbraid.bm25_postings")
+                             " pgbraid.bm25_postings")
         return report
 
     # -- reads ----------------------------------------------------------------

@@ -3,8 +3,9 @@
 Each fragment gets a dense per-pipeline ordinal and its term frequencies (the
 forward index, used to expire it and to explain hits). The postings of a
 batch's fragments are written as one segment at the end of the batch; a
-fragment whose version expires is added to ``bm25_dead`` and its terms stop
-counting in ``df`` and in the pipeline's length statistics at once. An ingest call
+fragment whose version expires is added to ``bm25_dead`` and stops counting
+at once: in the pipeline's length statistics here, and in each term's ``df``,
+which a query works out as the term's postings minus the dead ones. An ingest call
 merges the segments its batches wrote into one, and segments of the same size
 tier merge once ``MERGE_FACTOR`` of them exist, so a query reads few rows per
 term; merging drops dead postings, and a merge of every segment empties
@@ -26,15 +27,11 @@ MAX_LENGTH = 65_535  # lengths and term frequencies are stored as uint16
 
 _EXPIRE = """
 WITH gone AS (
-    SELECT f.bm25_ordinal, f.bm25_length, f.bm25_terms FROM pgbraid.fragments f
+    SELECT f.bm25_ordinal, f.bm25_length FROM pgbraid.fragments f
     WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL),
 dead AS (
     INSERT INTO pgbraid.bm25_dead (pipeline_id, ordinal)
-    SELECT %(pipeline)s, bm25_ordinal FROM gone ON CONFLICT DO NOTHING),
-terms AS (
-    UPDATE pgbraid.bm25_terms t SET df = t.df - x.n
-    FROM (SELECT term, count(*) AS n FROM gone, unnest(gone.bm25_terms) AS term GROUP BY term) x
-    WHERE t.pipeline_id = %(pipeline)s AND t.term = x.term)
+    SELECT %(pipeline)s, bm25_ordinal FROM gone ON CONFLICT DO NOTHING)
 UPDATE pgbraid.bm25_stats SET
     fragments = fragments - (SELECT count(*) FROM gone),
     total_length = total_length - (SELECT coalesce(sum(bm25_length), 0) FROM gone)
@@ -46,13 +43,6 @@ _INSERT_POSTINGS = """
 INSERT INTO pgbraid.bm25_postings (pipeline_id, segment, term, postings, ordinals, tfs, lengths)
 SELECT %(pipeline)s, %(segment)s, * FROM unnest(%(terms)b::text[], %(counts)b::int[],
     %(ordinals)b::bytea[], %(tfs)b::bytea[], %(lengths)b::bytea[])
-"""
-
-_ADD_DF = """
-INSERT INTO pgbraid.bm25_terms (pipeline_id, term, df)
-SELECT %(pipeline)s, term, n FROM unnest(%(terms)b::text[], %(counts)b::int[]) AS x(term, n)
-ORDER BY term
-ON CONFLICT (pipeline_id, term) DO UPDATE SET df = pgbraid.bm25_terms.df + EXCLUDED.df
 """
 
 
@@ -145,8 +135,6 @@ def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending) -> None:
     packed = _pack(pending)
     if packed["terms"]:
         conn.execute(_INSERT_POSTINGS, {"pipeline": pipeline_id, "segment": segment, **packed})
-        conn.execute(_ADD_DF, {"pipeline": pipeline_id, "terms": packed["terms"],
-                               "counts": packed["counts"]})
     merge_tiers(conn, pipeline_id)
 
 

@@ -51,29 +51,26 @@ ENGINES = ("auto", "pgbraid", "pg_search")
 
 # The pipeline statistics (dead ordinals on the first row only), then one row per
 # (query term, segment): the query's lexemes (same configuration and code-aware
-# expansion as ingestion), their document frequencies and the segments holding
-# their postings, with the arrays of short posting lists inline (rare terms:
-# nothing worth caching); bm25_postings.load gets the rest. One round trip.
+# expansion as ingestion) and the segments holding their postings, with the
+# arrays of short lists inline (rare terms: nothing worth caching);
+# bm25_postings.load gets the rest. One round trip.
 _TERMS = """
 WITH s AS (
     SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
            (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
              WHERE pipeline_id = %(pipeline)s::bigint) AS dead
     FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint),
-q AS (
-    SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, coalesce(t.df, 0) AS df
-    FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
-    LEFT JOIN pgbraid.bm25_terms t ON t.pipeline_id = %(pipeline)s::bigint AND t.term = q.lexeme),
 l AS (
-    SELECT q.term, q.qtf, q.df, p.segment,
+    SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, p.segment,
            CASE WHEN p.postings <= %(inline)s THEN p.ordinals END AS ordinals,
            CASE WHEN p.postings <= %(inline)s THEN p.tfs END AS tfs,
            CASE WHEN p.postings <= %(inline)s THEN p.lengths END AS lengths
-    FROM q LEFT JOIN pgbraid.bm25_postings p
-         ON q.df > 0 AND p.pipeline_id = %(pipeline)s::bigint AND p.term = q.term)
+    FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
+    LEFT JOIN pgbraid.bm25_postings p
+           ON p.pipeline_id = %(pipeline)s::bigint AND p.term = q.lexeme)
 SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
        CASE WHEN row_number() OVER (ORDER BY l.term, l.segment) = 1 THEN s.dead END,
-       l.term, l.qtf, l.df, l.segment, l.ordinals, l.tfs, l.lengths
+       l.term, l.qtf, l.segment, l.ordinals, l.tfs, l.lengths
 FROM s LEFT JOIN l ON true
 ORDER BY l.term, l.segment
 """
@@ -92,6 +89,38 @@ WHERE {scope}
 ORDER BY c.position
 LIMIT %(k)s
 """
+
+
+def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str,
+              context: Context) -> tuple[str, tuple[int, int, int, list[int]], list[tuple]]:
+    """The configuration used, the statistics (N, total length, ordinals, dead) and a
+    row per (term, segment): term, qtf, segment, arrays (or None)."""
+    config = query_language.choose(context.languages, pipeline, query)
+    params = {"pipeline": pipeline.id, "config": config, "text": expand_code(query),
+              "inline": INLINE_POSTINGS}
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(_TERMS, params).fetchall()
+        again = context.languages and rows and context.languages.recheck(
+            pipeline, query, config, rows[0][3])
+        if again:
+            config = params["config"] = again
+            rows = cur.execute(_TERMS, params).fetchall()
+    if not rows:
+        return config, (0, 0, 0, []), []
+    n, total, size, _, dead = rows[0][:5]
+    return config, (n, total, size, dead), [row[5:] for row in rows if row[5] is not None]
+
+
+def _frequencies(by_term: dict[str, list[Postings]], dead: np.ndarray, size: int) -> dict[str, int]:
+    """Each term's document frequency: its postings, less those of dead fragments
+    (expired, not yet merged away)."""
+    df = {term: sum(len(p) for p in lists) for term, lists in by_term.items()}
+    if len(dead):
+        mask = np.zeros(max(size, 1), dtype=bool)
+        mask[dead] = True
+        for term, lists in by_term.items():
+            df[term] -= sum(int(mask[p.ordinals].sum()) for p in lists)
+    return df
 
 
 def idf(df: int, n: int) -> float:
@@ -136,35 +165,27 @@ class BM25(Strategy):
                     scope: Scope, k: int, context: Context) -> Outcome:
         k1 = _number(request, "k1", DEFAULT_K1, 0.0, 10.0)
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
-        config = query_language.choose(context.languages, pipeline, request.query)
-        params = {"pipeline": pipeline.id, "config": config, "text": expand_code(request.query),
-                  "inline": INLINE_POSTINGS}
-        with conn.cursor(binary=True) as cur:
-            rows = cur.execute(_TERMS, params).fetchall()
-            again = context.languages and rows and context.languages.recheck(
-                pipeline, request.query, config, rows[0][3])
-            if again:
-                config = params["config"] = again
-                rows = cur.execute(_TERMS, params).fetchall()
-        n, total, size, _, dead = rows[0][:5] if rows else (0, 0, 0, [], [])
-        rows = [row[5:] for row in rows if row[5] is not None]
+        config, (n, total, size, dead), rows = _tokenize(conn, pipeline, request.query, context)
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
-        terms = {row[0]: (row[1], row[2]) for row in rows}
-        if not terms:
+        qtfs = {row[0]: row[1] for row in rows}
+        if not qtfs:
             details.update(terms=[], explanation="the query has no searchable words "
                            "(only stop words or punctuation)")
             return Outcome([], details)
         lists, fetched = bm25_postings.load(
             conn, pipeline.id, pipeline.created_at,
-            [((segment, term), arrays) for term, _, _, segment, *arrays in rows
+            [((segment, term), arrays) for term, _, segment, *arrays in rows
              if segment is not None], context.postings)
-        by_term: dict[str, list[Postings]] = {}
+        by_term: dict[str, list[Postings]] = {t: [] for t in qtfs}
         for (_, term), postings in lists.items():
-            by_term.setdefault(term, []).append(postings)
-        ranking = Ranking([Term(t, q * idf(df, n), by_term.get(t, [])) for t, (q, df) in terms.items()],
-                          size, np.asarray(dead, dtype=np.int64),
-                          (k1, b, total / n if n else 1.0))
+            by_term[term].append(postings)
+        dead = np.asarray(dead, dtype=np.int64)
+        frequencies = _frequencies(by_term, dead, size)
+        terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
+        ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
+                           for t, (q, df) in terms.items()],
+                          size, dead, (k1, b, total / n if n else 1.0))
         details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
         hits, checked, rounds = _verify(conn, ranking, scope, k)
