@@ -227,8 +227,8 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
             "pgbraid bm25": lambda t, toks, orq: client.search(pipeline, t, type="bm25", params={"k": 10}),
             "pgbraid bm25, posting cache off": lambda t, toks, orq: uncached.search(
                 pipeline, t, type="bm25", params={"k": 10}),
-            "pgbraid bm25, MaxScore at any size": lambda t, toks, orq: _maxscore(
-                lambda: client.search(pipeline, t, type="bm25", params={"k": 10})),
+            "pgbraid bm25, pruning maxscore": lambda t, toks, orq: client.search(
+                pipeline, t, type="bm25", params={"k": 10, "pruning": "maxscore"}),
             "native AND ts_rank_cd": lambda t, toks, orq: native(client, pid, NATIVE_AND, t, 10),
             "native OR ts_rank_cd": lambda t, toks, orq: native(client, pid, NATIVE_OR, orq, 10),
         }
@@ -252,21 +252,11 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
                       f"{exact}/{len(prepared)} queries")
 
 
-def _maxscore(search):
-    """Run search with MaxScore engaged whatever the query's postings (PRUNE_FROM 0)."""
-    from pgbraid.strategies import bm25_topk
-
-    default, bm25_topk.PRUNE_FROM = bm25_topk.PRUNE_FROM, 0
-    try:
-        return search()
-    finally:
-        bm25_topk.PRUNE_FROM = default
-
-
-def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10)) -> None:
+def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10, 40)) -> None:
     """Ranking alone (no SQL): every posting vs MaxScore, on the pipeline's own posting
     lists for each query, tiled ``n`` times (ordinal + i * size) to stand for a corpus
-    ``n`` times larger with the same term statistics. This is what PRUNE_FROM rests on."""
+    ``n`` times larger with the same term statistics. The default (every posting)
+    rests on this table."""
     from pgbraid.strategies import bm25_topk
     from pgbraid.strategies.bm25_postings import Postings
 
@@ -294,14 +284,10 @@ def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10)) -> None
             for terms, size, impacts in captured:
                 tiled = [(name, weight, [_tile(p, size, n, Postings) for p in lists])
                          for name, weight, lists in terms]
-                for label, prune_from in (("every posting", 10**12), ("MaxScore", 0)):
-                    bm25_topk.PRUNE_FROM, default = prune_from, bm25_topk.PRUNE_FROM
-                    try:
-                        ranking = bm25_topk.Ranking([bm25_topk.Term(*t) for t in tiled], size * n,
-                                                    np.zeros(0, dtype=np.int64), impacts)
-                        samples[label].append(timed(lambda: ranking.top(40)))
-                    finally:
-                        bm25_topk.PRUNE_FROM = default
+                for label, prune in (("every posting", False), ("MaxScore", True)):
+                    ranking = bm25_topk.Ranking([bm25_topk.Term(*t) for t in tiled], size * n,
+                                                np.zeros(0, dtype=np.int64), impacts, prune=prune)
+                    samples[label].append(timed(lambda: ranking.top(40)))
                 postings.append((ranking.stats.postings, ranking.stats.scored))
             every, maxscore = (percentiles(samples[k]) for k in ("every posting", "MaxScore"))
             total, scored = np.median(np.array(postings), axis=0)

@@ -66,15 +66,13 @@ def _query_tokens(client, config, query):
             (config, expand_code(query))) for _ in range(n)]
 
 
-@pytest.mark.parametrize(("inline", "prune_from"), [(2048, None), (0, None), (0, 0)],
+@pytest.mark.parametrize(("inline", "pruning"), [(2048, "none"), (0, "none"), (0, "maxscore")],
                          ids=["inline-lists", "cached-lists", "maxscore"])
-def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, prune_from,
+def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, pruning,
                                                    monkeypatch):
-    from pgbraid.strategies import bm25, bm25_topk
+    from pgbraid.strategies import bm25
 
     monkeypatch.setattr(bm25, "INLINE_POSTINGS", inline)
-    if prune_from is not None:
-        monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
     ordinals, tokens = _corpus_tokens(client, cranfield)
     reference = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
     reference.index(tokens, show_progress=False)
@@ -86,7 +84,8 @@ def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, pr
     queries = [json.loads(line) for line in shared("cranfield", "queries.jsonl").open()]
     assert len(queries) == 225
     for query in queries:
-        response = client.search(cranfield, query["text"], type="bm25", params={"k": 10})
+        response = client.search(cranfield, query["text"], type="bm25",
+                                 params={"k": 10, "pruning": pruning})
         config = response.trace.retrievers[0].details["config"]
         expected = reference.get_scores(_query_tokens(client, config, query["text"]))
         ours = [h.score for h in response.hits]
@@ -96,22 +95,22 @@ def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, pr
             assert expected[position[ordinal_of[hit.fragment_id]]] == pytest.approx(hit.score, abs=1e-4)
 
 
-def test_maxscore_ranks_exactly_like_scoring_every_posting(client, cranfield, monkeypatch):
+def test_maxscore_ranks_exactly_like_scoring_every_posting(client, cranfield):
     """Pruning engages on most Cranfield queries and never changes a rank or a score."""
-    from pgbraid.strategies import bm25_topk
-
     queries = [json.loads(line)["text"] for line in shared("cranfield", "queries.jsonl").open()]
     pruned = 0
     for query in queries:
         results = []
-        for prune_from in (0, 10**12):
-            monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
-            response = client.search(cranfield, query, type="bm25", params={"k": 30})
+        for pruning in ("maxscore", "none"):
+            response = client.search(cranfield, query, type="bm25",
+                                     params={"k": 30, "pruning": pruning})
             results.append([(h.fragment_id, h.score, h.matched_terms) for h in response.hits])
             details = response.trace.retrievers[0].details
-            pruned += prune_from == 0 and not details["exhaustive"]
+            pruned += pruning == "maxscore" and not details["exhaustive"]
         assert results[0] == results[1], query
     assert pruned > len(queries) // 2
+    with pytest.raises(InvalidRequest, match="pruning"):
+        client.search(cranfield, "wing", type="bm25", params={"pruning": "wand"})
 
 
 def _brute_force(lists, weights, size, dead, impacts):
@@ -124,11 +123,10 @@ def _brute_force(lists, weights, size, dead, impacts):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_maxscore_on_synthetic_lists_with_ties_and_dead_fragments(seed, monkeypatch):
+def test_maxscore_on_synthetic_lists_with_ties_and_dead_fragments(seed):
     from pgbraid.strategies import bm25_topk
     from pgbraid.strategies.bm25_postings import Postings
 
-    monkeypatch.setattr(bm25_topk, "PRUNE_FROM", 0)
     rng = np.random.default_rng(seed)
     size, impacts = 5000, (0.9, 0.4, 20.0)
     lists, weights = [], []
@@ -142,12 +140,11 @@ def test_maxscore_on_synthetic_lists_with_ties_and_dead_fragments(seed, monkeypa
     order, scores = _brute_force(lists, weights, size, dead, impacts)
     for width in (1, 10, 40):
         ranked = []
-        for prune_from in (0, 10**12):
-            monkeypatch.setattr(bm25_topk, "PRUNE_FROM", prune_from)
+        for prune in (True, False):
             terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
-            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts)
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts, prune=prune)
             ranked.append([o for batch in ranking.batches(width) for o in batch.tolist()])
-            assert (ranking.stats.candidates > 0) == (prune_from == 0)  # phase 2 ran, or not
+            assert (ranking.stats.candidates > 0) == prune  # phase 2 ran, or not
             assert np.allclose(ranking.scores[ranked[-1]], scores[ranked[-1]], rtol=1e-12)
         assert ranked[0] == ranked[1]  # the same sums in the same term order: identical
         got = ranked[0]

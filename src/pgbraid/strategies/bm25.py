@@ -17,9 +17,9 @@ Query path:
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
-3. rank with numpy (bm25_topk): exact top-k, OR semantics, with MaxScore
-   pruning that skips the long lists of common terms once they cannot change
-   the top k;
+3. rank with numpy (bm25_topk): exact top-k, OR semantics, every posting
+   scored (or, with ``params.pruning: "maxscore"``, MaxScore pruning, which
+   gives the same top k);
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 """
@@ -48,6 +48,7 @@ from .bm25_topk import Ranking, Term
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
 ENGINES = ("auto", "pgbraid", "pg_search")
+PRUNING = ("none", "maxscore")
 
 # The pipeline statistics (dead ordinals on the first row only), then one row per
 # (query term, segment): the query's lexemes (same configuration and code-aware
@@ -145,6 +146,9 @@ class BM25(Strategy):
         engine = request.params.get("engine", "auto")
         if engine not in ENGINES:
             raise InvalidRequest(f"params.engine must be one of {', '.join(ENGINES)}", field="engine")
+        if request.params.get("pruning", "none") not in PRUNING:
+            raise InvalidRequest(f"params.pruning must be one of {', '.join(PRUNING)}",
+                                 field="pruning")
         if engine == "pg_search" and not context.pgsearch:
             raise NotEnabled("pg_search is not opted in: set PGBRAID_PGSEARCH=1", strategy=self.name)
 
@@ -185,7 +189,8 @@ class BM25(Strategy):
         terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
         ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
                            for t, (q, df) in terms.items()],
-                          size, dead, (k1, b, total / n if n else 1.0))
+                          size, dead, (k1, b, total / n if n else 1.0),
+                          prune=request.params.get("pruning") == "maxscore")
         details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
         hits, checked, rounds = _verify(conn, ranking, scope, k)

@@ -1,11 +1,16 @@
-"""Exact BM25 top-k over in-memory posting lists: score everything, or MaxScore.
+"""Exact BM25 top-k over in-memory posting lists: every posting, or MaxScore.
 
-Below ``PRUNE_FROM`` postings a query scores every posting with one
-``np.bincount``: at ~10 ns a posting that is cheaper than any pruning's
-bookkeeping (measured: at the 100k bench corpus's ~60k postings per query,
-scoring everything took half the time MaxScore did; at ~600k, MaxScore took
-0.6x). Above it, MaxScore (Turtle & Flood, 1995; as in Lucene's
-``MaxScoreBulkScorer``), a whole posting list at a time:
+By default a query scores every posting with one ``np.bincount``. At ~5-10 ns
+a posting that is as cheap as any pruning's bookkeeping: on the 100k bench
+corpus's own lists tiled 1-40x (60k to 2.3M postings per query, 0.1M to 4M
+fragments), MaxScore below scored 10-40 % of the postings in full and still
+took 1.0-2.0x the time, because both are bound by passes over the dense score
+array (``./run bench lexical``, docs/benchmarks.md). It stays available as
+``params.pruning: "maxscore"`` (exact, like the default), and the bench keeps
+measuring both, since the balance depends on the machine and the lists.
+
+MaxScore (Turtle & Flood, 1995; as in Lucene's ``MaxScoreBulkScorer``), a
+whole posting list at a time:
 
 1. Each query term has an upper bound, ``qtf * idf * max impact`` over its
    lists. Terms are taken in decreasing order of that bound (rare terms first:
@@ -40,10 +45,6 @@ from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
 _DENSE = 8  # look a list up by binary search only when it is this much longer than the candidates
-# Below this many postings a query scores them all (see the module docstring;
-# bench corpus lists tiled 1-10x: MaxScore 2x slower at 60k, even at ~250k).
-PRUNE_FROM = 250_000
-
 
 @dataclass
 class Term:
@@ -72,8 +73,9 @@ class Ranking:
     """The query's terms in bound order, and the scores computed from them."""
 
     def __init__(self, terms: list[Term], size: int, dead: np.ndarray,
-                 impacts: tuple[float, float, float]) -> None:
+                 impacts: tuple[float, float, float], *, prune: bool = False) -> None:
         self.impacts = impacts  # (k1, b, avgdl)
+        self.prune = prune
         for term in terms:
             peak = max((float(p.max_impact(*impacts)) for p in term.lists), default=0.0)
             term.bound = term.weight * peak * _MARGIN
@@ -99,7 +101,7 @@ class Ranking:
 
     def top(self, width: int) -> np.ndarray:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
-        if self.stats.postings < PRUNE_FROM:
+        if not self.prune:
             return _best(self.exhaustive(), self._contenders(width), width)
         self.scores = scores = self._fresh()
         theta, best, pool, due = 0.0, np.zeros(0, dtype=np.int64), [], 4 * width
