@@ -263,9 +263,9 @@ def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10, 40)) -> 
     captured = []
     original = bm25_topk.Ranking.__init__
 
-    def capture(self, terms, size, dead, impacts):
+    def capture(self, terms, size, dead, impacts, **options):
         captured.append(([(t.name, t.weight, list(t.lists)) for t in terms], size, impacts))
-        original(self, terms, size, dead, impacts)
+        original(self, terms, size, dead, impacts, **options)
 
     queries, _ = scifact_queries()
     sets = {"SciFact queries": [t for _, t in queries][:100], "30-token code chunks": code_chunks()}

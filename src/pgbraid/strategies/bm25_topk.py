@@ -1,13 +1,12 @@
 """Exact BM25 top-k over in-memory posting lists: every posting, or MaxScore.
 
-By default a query scores every posting with one ``np.bincount``. At ~5-10 ns
-a posting that is as cheap as any pruning's bookkeeping: on the 100k bench
-corpus's own lists tiled 1-40x (60k to 2.3M postings per query, 0.1M to 4M
-fragments), MaxScore below scored 10-40 % of the postings in full and still
-took 1.0-2.0x the time, because both are bound by passes over the dense score
-array (``./run bench lexical``, docs/benchmarks.md). It stays available as
-``params.pruning: "maxscore"`` (exact, like the default), and the bench keeps
-measuring both, since the balance depends on the machine and the lists.
+By default a query scores every posting with one ``np.bincount``, at ~5-10 ns
+a posting. On the 100k bench corpus's own lists tiled 1-40x (60k to 2.3M
+postings per query), MaxScore below added 10-40 % of the postings in full yet
+took 1.1-2.1x the time up to ~600k postings, and 0.8-1.3x at 2.3M: both are
+bound by passes over the dense score array (``./run bench lexical``,
+docs/benchmarks.md). It is available as ``params.pruning: "maxscore"`` (exact,
+like the default), and the bench keeps measuring both.
 
 MaxScore (Turtle & Flood, 1995; as in Lucene's ``MaxScoreBulkScorer``), a
 whole posting list at a time:
