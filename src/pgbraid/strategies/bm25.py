@@ -112,6 +112,28 @@ def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str,
     return config, (n, total, size, dead), [row[5:] for row in rows if row[5] is not None]
 
 
+def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs: dict[str, int],
+          stats: tuple[int, int, int, list[int]], context: Context, *, k1: float, b: float,
+          prune: bool) -> tuple[Ranking, dict[str, tuple[int, int]], int]:
+    """The query's posting lists, loaded, and the Ranking over them; each term's
+    (qtf, df); how many postings PostgreSQL sent."""
+    n, total, size, dead = stats
+    lists, fetched = bm25_postings.load(
+        conn, pipeline.id, pipeline.created_at,
+        [((segment, term), arrays) for term, _, segment, *arrays in rows if segment is not None],
+        context.postings)
+    by_term: dict[str, list[Postings]] = {t: [] for t in qtfs}
+    for (_, term), postings in lists.items():
+        by_term[term].append(postings)
+    dead_ordinals = np.asarray(dead, dtype=np.int64)
+    frequencies = _frequencies(by_term, dead_ordinals, size)
+    terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
+    ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
+                       for t, (q, df) in terms.items()],
+                      size, dead_ordinals, (k1, b, total / n if n else 1.0), prune=prune)
+    return ranking, terms, fetched
+
+
 def _frequencies(by_term: dict[str, list[Postings]], dead: np.ndarray, size: int) -> dict[str, int]:
     """Each term's document frequency: its postings, less those of dead fragments
     (expired, not yet merged away)."""
@@ -177,25 +199,16 @@ class BM25(Strategy):
             details.update(terms=[], explanation="the query has no searchable words "
                            "(only stop words or punctuation)")
             return Outcome([], details)
-        lists, fetched = bm25_postings.load(
-            conn, pipeline.id, pipeline.created_at,
-            [((segment, term), arrays) for term, _, segment, *arrays in rows
-             if segment is not None], context.postings)
-        by_term: dict[str, list[Postings]] = {t: [] for t in qtfs}
-        for (_, term), postings in lists.items():
-            by_term[term].append(postings)
-        dead = np.asarray(dead, dtype=np.int64)
-        frequencies = _frequencies(by_term, dead, size)
-        terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
-        ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
-                           for t, (q, df) in terms.items()],
-                          size, dead, (k1, b, total / n if n else 1.0),
-                          prune=request.params.get("pruning") == "maxscore")
-        details["terms"] = [{"term": t, "qtf": q, "df": df, "idf": round(idf(df, n), 6) if df else 0.0}
+        ranking, terms, fetched = _rank(conn, pipeline, rows, qtfs, (n, total, size, dead),
+                                        context, k1=k1, b=b,
+                                        prune=request.params.get("pruning") == "maxscore")
+        details["terms"] = [{"term": t, "qtf": q, "df": df,
+                             "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
         hits, checked, rounds = _verify(conn, ranking, scope, k)
         matched = ranking.matched([ordinal for _, ordinal in hits])
-        hits = [dataclasses.replace(row, matched_terms=names) for (row, _), names in zip(hits, matched)]
+        hits = [dataclasses.replace(row, matched_terms=names)
+                for (row, _), names in zip(hits, matched)]
         pruning = ranking.stats
         details.update(postings=pruning.postings, postings_scored=pruning.scored,
                        postings_fetched=fetched, candidates=pruning.candidates,
@@ -203,7 +216,8 @@ class BM25(Strategy):
                        verify_rounds=rounds, rows=len(hits))
         if not hits:
             details["explanation"] = ("no query term occurs in any fragment in scope"
-                                      if pruning.postings == 0 else "no matching fragment is in scope")
+                                      if pruning.postings == 0
+                                      else "no matching fragment is in scope")
         return Outcome(hits, details)
 
 

@@ -230,7 +230,7 @@ class Ranking:
 
 def _threshold(scores: np.ndarray, best: np.ndarray, pool: list[np.ndarray], width: int,
                theta: float) -> tuple[float, np.ndarray]:
-    """theta from the previous leaders and the ordinals scored since (distinct), and the new leaders.
+    """theta from the previous leaders and the ordinals scored since, and the new leaders.
 
     Any set of distinct ordinals gives a lower bound of the width-th best score;
     this one costs as much as the lists added since the last check, and keeps

@@ -28,7 +28,8 @@ class QueryLanguages:
         return single or detect(text, default=pipeline.language)
 
     def recheck(self, pipeline: Pipeline, text: str, used: str, configs: list[str]) -> str | None:
-        """Given the pipeline's configurations: the one to tokenize again in, or None if ``used`` stands."""
+        """Given the pipeline's configurations: the one to tokenize again in, or None
+        if ``used`` stands."""
         key = (pipeline.id, pipeline.created_at)
         if len(configs) == 1:
             self._single[key] = configs[0]
@@ -40,4 +41,6 @@ class QueryLanguages:
 
 
 def choose(languages: QueryLanguages | None, pipeline: Pipeline, text: str) -> str:
-    return languages.choose(pipeline, text) if languages else detect(text, default=pipeline.language)
+    if languages is None:
+        return detect(text, default=pipeline.language)
+    return languages.choose(pipeline, text)
