@@ -101,8 +101,8 @@ def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str,
               "inline": INLINE_POSTINGS}
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(_TERMS, params).fetchall()
-        again = context.languages and rows and context.languages.recheck(
-            pipeline, query, config, rows[0][3])
+        again = rows and query_language.recheck(context.languages, pipeline, query, config,
+                                                rows[0][3])
         if again:
             config = params["config"] = again
             rows = cur.execute(_TERMS, params).fetchall()

@@ -79,8 +79,8 @@ class FullText(Strategy):
                                   "pipeline": pipeline.id,
                                   "threshold": request.params.get("threshold") or 0.0}
         tsquery, configs = conn.execute(_QUERY_TEXT, params).fetchone()
-        again = context.languages and context.languages.recheck(
-            pipeline, request.query, config, configs or [])
+        again = query_language.recheck(context.languages, pipeline, request.query, config,
+                                       configs)
         if again:
             config = params["config"] = again
             tsquery = conn.execute(_QUERY_TEXT, params).fetchone()[0]

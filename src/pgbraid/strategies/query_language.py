@@ -44,3 +44,12 @@ def choose(languages: QueryLanguages | None, pipeline: Pipeline, text: str) -> s
     if languages is None:
         return detect(text, default=pipeline.language)
     return languages.choose(pipeline, text)
+
+
+def recheck(languages: QueryLanguages | None, pipeline: Pipeline, text: str, used: str,
+            configs: list[str] | None) -> str | None:
+    """The configuration to tokenize again in, once a statement returned the
+    pipeline's configurations; None when ``used`` stands (or nothing is remembered)."""
+    if languages is None:
+        return None
+    return languages.recheck(pipeline, text, used, configs or [])
