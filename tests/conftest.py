@@ -58,3 +58,13 @@ def shared(*parts: str) -> Path:
     if not path.exists():
         pytest.fail(f"shared data missing: {path}")
     return path
+
+
+@pytest.fixture()
+def superuser(server):
+    """A superuser connection for test set-up (user tables, catalog checks); pgbraid
+    itself offers no such handle."""
+    import psycopg
+
+    with psycopg.connect(server.status().dsn, autocommit=True) as conn:
+        yield conn

@@ -22,14 +22,61 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psycopg
 from psycopg import sql
 
-from .errors import InvalidRequest
+from .errors import Forbidden, InvalidRequest
+
+PERMISSIONS = ("read", "write", "execute", "admin")
+ANY_PIPELINE = "*"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: a tenant, what it may do per pipeline, what it may hold.
+
+    ``permissions`` maps a pipeline name (or ``"*"``, every pipeline of the
+    tenant) to the permissions held there; ``admin`` on a pipeline implies the
+    other three. ``tenant_admin`` may manage the tenant itself (pipelines,
+    entity sources, classifications, keys). ``classifications`` bounds what a
+    request may claim to hold (None: anything, as for the local process);
+    ``default_classifications`` is what a request that names none holds.
+    """
+
+    tenant: str
+    permissions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    classifications: tuple[str, ...] | None = None
+    tenant_admin: bool = False
+    key_id: str | None = None
+
+    @classmethod
+    def local(cls, tenant: str) -> "Principal":
+        """The local process: its tenant's admin (the Python client's default)."""
+        return cls(tenant, {ANY_PIPELINE: frozenset(PERMISSIONS)}, None, True)
+
+    @property
+    def default_classifications(self) -> tuple[str, ...]:
+        return self.classifications if self.classifications else ("public",)
+
+    def allows(self, pipeline: str, permission: str) -> bool:
+        held = self.permissions.get(pipeline, frozenset()) | self.permissions.get(
+            ANY_PIPELINE, frozenset())
+        return permission in held or "admin" in held
+
+    def require(self, pipeline: str, *permissions: str) -> None:
+        missing = [p for p in permissions if not self.allows(pipeline, p)]
+        if missing:
+            raise Forbidden(f"this principal lacks {' and '.join(missing)} permission on "
+                            f"pipeline {pipeline!r}", pipeline=pipeline, missing=missing)
+
+    def require_tenant_admin(self, action: str) -> None:
+        if not self.tenant_admin:
+            raise Forbidden(f"{action} needs the tenant's admin", action=action)
+
 
 MAX_FILTER_DEPTH = 8
 MAX_FILTER_CONDITIONS = 64
