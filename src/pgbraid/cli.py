@@ -1,8 +1,9 @@
 """The ``pgbraid`` command line: the same engine as Python and HTTP.
 
 ``--json`` on a read command prints exactly the HTTP response body; errors print
-the one error shape (``{"error": {...}}``) and exit with code 2 for bad input,
-3 when PostgreSQL is unavailable or timed out.
+the one error shape (``{"error": {...}}``) and exit with the code errors.ERRORS
+gives (2 bad input, 3 PostgreSQL unavailable or timed out, 70 internal...);
+1 means an ingestion finished with failed documents.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import click
 import typer
+from rich.markup import escape
 
-from .client import Client, connect
-from .config import Settings
+from .client import Client, connect, load_settings
 from .db.server import EmbeddedServer
-from .errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
+from .errors import (BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, describe,
+                     error_body)
 from .ingest.readers import FieldMap
 from .output import console, show_mapping, show_pipelines, show_search
 
@@ -33,20 +36,28 @@ JsonOpt = typer.Option(False, "--json", help="Print the HTTP API's JSON body.")
 
 
 def emit(body: Any) -> None:
-    sys.stdout.write(json.dumps(body, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    try:
+        sys.stdout.write(text + "\n")
+    except UnicodeEncodeError:  # a lone surrogate (say, from a file name): escape it
+        sys.stdout.write(json.dumps(body, default=str) + "\n")
     sys.stdout.flush()
 
 
 @contextmanager
 def handled(as_json: bool) -> Iterator[None]:
+    """Show any error in the one shape and exit with its code from the error table."""
     try:
         yield
-    except PgbraidError as exc:
+    except (click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except Exception as exc:
+        error = describe(exc)
         if as_json:
-            emit(error_body(exc))
+            emit(error.body())
         else:
-            console.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
-        raise typer.Exit(3 if isinstance(exc, (BackendUnavailable, BackendTimeout)) else 2)
+            console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
+        raise typer.Exit(error.exit) from None
 
 
 def parse_json_option(value: str | None, name: str) -> Any:
@@ -56,12 +67,16 @@ def parse_json_option(value: str | None, name: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"--{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        limit = load_settings().filter_max_depth
+        raise InvalidRequest(f"{'filter' if name == 'filter' else '--' + name} nests deeper "
+                             f"than {limit} levels", field=name) from None
 
 
 # -- server -------------------------------------------------------------------
 
 def _server() -> EmbeddedServer:
-    settings = Settings()
+    settings = load_settings()
     if settings.dsn:
         raise InvalidRequest("PGBRAID_DSN is set: pgbraid uses that server and starts none")
     return EmbeddedServer(settings.resolved_data_dir())

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
+
+from pydantic import ValidationError
 
 from . import documents, embedders, graph, grounding, pipelines, sources, vectors
 from .config import Settings
@@ -13,8 +16,9 @@ from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
-from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
-from .scope import CLOSE_CLASSIFICATIONS, resolve_classifications
+from .models import (PipelineInfo, SearchResponse, parse_as_of, parse_classifications,
+                     parse_version, shown, validate_document_id, validate_name)
+from .scope import CLOSE_CLASSIFICATIONS, FilterLimits, resolve_classifications
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
@@ -31,19 +35,26 @@ class Client:
         self.server = server
         self.tenant = validate_name("tenant", settings.tenant)
         self._engine: Engine | None = None
+        self._engine_lock = threading.Lock()
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            cache_bytes = self.settings.postings_cache_mb * 1024 * 1024
-            context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age,
-                              embedder=self.embedder,
-                              postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
-                              languages=QueryLanguages())
-            self._engine = Engine(self.db, tenant=self.tenant, context=context,
-                                  max_query_chars=self.settings.max_query_chars,
-                                  max_k=self.settings.max_k)
+            with self._engine_lock:  # one engine (and one postings cache) per client
+                if self._engine is None:
+                    self._engine = self._make_engine()
         return self._engine
+
+    def _make_engine(self) -> Engine:
+        s = self.settings
+        cache_bytes = s.postings_cache_mb * 1024 * 1024
+        limits = FilterLimits(depth=s.filter_max_depth, conditions=s.filter_max_conditions,
+                              value_bytes=s.filter_max_value_bytes, total_bytes=s.filter_max_bytes)
+        context = Context(pgsearch=s.pgsearch, age=s.age, embedder=self.embedder,
+                          postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
+                          languages=QueryLanguages(), filter_limits=limits)
+        return Engine(self.db, tenant=self.tenant, context=context,
+                      max_query_chars=s.max_query_chars, max_k=s.max_k)
 
     def session(self):
         return self.db.session(self.tenant)
@@ -137,7 +148,12 @@ class Client:
         return self.engine.search(pipeline, body)
 
     def document(self, pipeline: str, document_id: str, *, version: int | None = None,
-                 as_of=None, classification: Any = None) -> dict[str, Any]:
+                 as_of: Any = None, classification: Any = None) -> dict[str, Any]:
+        """One version of a document: current, ``version`` N (an int from 1), or the one
+        valid at ``as_of`` (a datetime or an ISO-8601 string; without an offset, UTC)."""
+        validate_name("pipeline", pipeline)
+        validate_document_id(document_id)
+        version, as_of = parse_version(version), parse_as_of(as_of)
         held = parse_classifications(classification)
         with self.session() as conn:
             target = pipelines.get(conn, pipeline)
@@ -145,6 +161,8 @@ class Client:
                                   classifications=resolve_classifications(conn, held))
 
     def versions(self, pipeline: str, document_id: str) -> list[dict[str, Any]]:
+        validate_name("pipeline", pipeline)
+        validate_document_id(document_id)
         with self.session() as conn:
             return documents.versions(conn, pipelines.get(conn, pipeline), document_id)
 
@@ -249,10 +267,11 @@ def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument |
     paths: list[Path] = []
     for item in source:
         if isinstance(item, dict):
+            where = f"record {shown(item.get(fields.id))}"
             try:
-                yield document_from_record(item, fields, source=f"record {item.get(fields.id)!r}")
+                yield document_from_record(item, fields, source=where)
             except InvalidRequest as exc:  # reported per record, not raised
-                yield ReadError(f"record {item.get(fields.id)!r}", exc.message)
+                yield ReadError(where, exc.message)
         else:
             paths.append(Path(item))
     if paths:
@@ -264,12 +283,23 @@ def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,
     """Connect to ``dsn`` / ``PGBRAID_DSN``, or start (or attach to) the embedded server."""
     values = {k: v for k, v in {"dsn": dsn, "data_dir": data_dir, "tenant": tenant,
                                 **overrides}.items() if v is not None}
-    settings = Settings(**values)
+    settings = load_settings(**values)
     server = None
     if settings.dsn:
         target = settings.dsn
     else:
         server = EmbeddedServer(settings.resolved_data_dir())
         target = server.start().dsn
-    db = Database(target, statement_timeout_ms=settings.statement_timeout_ms)
+    db = Database(target, statement_timeout_ms=settings.statement_timeout_ms,
+                  max_size=settings.pool_size, timeout=settings.pool_timeout)
     return Client(db, settings, server)
+
+
+def load_settings(**values: Any) -> Settings:
+    """Settings from the environment and ``values``; a bad one is InvalidRequest, by name."""
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "PGBRAID_" + str(err["loc"][0]).upper() if err["loc"] else "a setting"
+        raise InvalidRequest(f"invalid setting {name}: {err['msg']}", setting=name) from None

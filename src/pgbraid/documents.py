@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .errors import InvalidRequest, NotFound
+from .models import parse_as_of, parse_version, validate_document_id
 from .pipelines import Pipeline
 
 _VERSION = """
@@ -24,8 +25,10 @@ WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
 
 def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
          classifications: tuple[str, ...], version: int | None = None,
-         as_of: datetime | None = None) -> dict[str, Any]:
+         as_of: datetime | str | None = None) -> dict[str, Any]:
     """One version of a document: the current one, a numbered one, or the one valid at as_of."""
+    validate_document_id(document_id)
+    version, as_of = parse_version(version), parse_as_of(as_of)
     if version is not None and as_of is not None:
         raise InvalidRequest("give either version or as_of, not both")
     params: dict[str, Any] = {"pipeline": pipeline.id, "id": document_id,
@@ -48,6 +51,7 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
 
 
 def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str) -> list[dict[str, Any]]:
+    validate_document_id(document_id)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT v.version, v.valid_from, v.valid_to, v.content_hash,"

@@ -37,7 +37,7 @@ class Engine:
             hybrid.validate(request, self)
         else:
             strategies.get(request.type).validate(request, self.context)
-        validate_filters(request.filters)
+        validate_filters(request.filters, self.context.filter_limits)
         return request
 
     def context_with_extensions(self) -> Context:

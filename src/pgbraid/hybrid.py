@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from . import pipelines, planner, strategies
 from .errors import InvalidRequest, PgbraidError
 from .fusion import METHODS, Fused, fuse, promote
-from .models import Hit, SearchRequest, SearchResponse, StrategyRank, Trace, TraceEntry
+from .models import (Hit, SearchRequest, SearchResponse, StrategyRank, Trace, TraceEntry, number,
+                     printable)
 from .scope import Scope
 from .strategies.base import Outcome
 
@@ -45,17 +46,20 @@ def validate(request: SearchRequest, engine: "Engine") -> None:
                 raise InvalidRequest(f"{name!r} cannot be a leg of a fused search", field="strategies")
             strategies.get(name)
     weights = params.get("weights", {})
-    if not isinstance(weights, dict) or not all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights.values()):
+    if not isinstance(weights, dict):
         raise InvalidRequest("params.weights must map strategy names to numbers >= 0", field="weights")
     for name in weights:
         strategies.get(name)
-    rrf_k = params.get("rrf_k", 60)
-    if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or not 1 <= rrf_k <= 10_000:
-        raise InvalidRequest("params.rrf_k must be an integer from 1 to 10000", field="rrf_k")
+        number(weights, name, None, 0, label=f"params.weights.{name}")
+    number(params, "rrf_k", 60, 1, 10_000, integer=True)
     if params.get("fusion", "rrf") not in METHODS:
         raise InvalidRequest(f"params.fusion must be one of {', '.join(METHODS)}", field="fusion")
-    _depths(request)
+    depth = params.get("depth")
+    if isinstance(depth, dict):  # per strategy
+        for name in depth:
+            number(depth, name, None, 1, MAX_DEPTH, integer=True, label=f"params.depth.{printable(str(name), 40)}")
+    else:
+        number(params, "depth", None, 1, MAX_DEPTH, integer=True)
     leg_params = params.get("leg_params", {})
     if not isinstance(leg_params, dict) or not all(isinstance(v, dict) for v in leg_params.values()):
         raise InvalidRequest("params.leg_params must map strategy names to objects", field="leg_params")

@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
 
-from .errors import InvalidRequest, NotFound
+from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
 from .models import PipelineInfo, validate_name
 
@@ -48,12 +48,13 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
         " VALUES (%s, %s, %s::regconfig, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
         " RETURNING id", (name, fulltext, config, chunk_size, embedder, dimension)).fetchone()
     if row is None:
-        raise InvalidRequest(f"pipeline {name!r} already exists", field="name")
+        raise Conflict(f"pipeline {name!r} already exists", field="name")
     conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s)", (row[0],))
     return get(conn, name)
 
 
 def get(conn: psycopg.Connection, name: str) -> Pipeline:
+    validate_name("pipeline", name)
     with conn.cursor(row_factory=class_row(Pipeline)) as cur:
         pipeline = cur.execute(_COLUMNS + " WHERE name = %s", (name,)).fetchone()
     if pipeline is None:
@@ -66,6 +67,7 @@ def get_resolving(conn: psycopg.Connection, name: str,
     """The pipeline and the resolved classifications, in one statement."""
     from .scope import RESOLVE_CLASSIFICATIONS
 
+    validate_name("pipeline", name)
     statement = sql.SQL("SELECT p.*, ({resolve}) AS held FROM ({pipeline} WHERE name = %(name)s) AS p"
                         ).format(resolve=sql.SQL(RESOLVE_CLASSIFICATIONS), pipeline=sql.SQL(_COLUMNS))
     with conn.cursor(row_factory=dict_row) as cur:

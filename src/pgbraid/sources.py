@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from .errors import InvalidRequest, NotFound
+from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
 from .models import validate_name
 
@@ -97,7 +97,7 @@ def add(conn: psycopg.Connection, source: Source) -> None:
         (source.name, source.table_schema, source.table_name, source.key_column,
          source.text_columns, source.scope_columns, source.language)).fetchone()
     if row is None:
-        raise InvalidRequest(f"entity source {source.name!r} already exists", field="name")
+        raise Conflict(f"entity source {source.name!r} already exists", field="name")
 
 
 def get(conn: psycopg.Connection, name: str) -> Source:

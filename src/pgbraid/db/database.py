@@ -7,57 +7,71 @@ embedded server), the role drops to ``pgbraid_app`` so RLS always applies.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import BackendTimeout, BackendUnavailable, PgbraidError
+from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from .migrations import migrate
 
 APP_ROLE = "pgbraid_app"
 
 
 class Database:
-    def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 4) -> None:
+    def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16,
+                 timeout: float = 10.0) -> None:
         self.dsn = dsn
         self.statement_timeout_ms = statement_timeout_ms
+        self.timeout = timeout
+        """Seconds to wait for a pooled connection (and for the first one)."""
         self._max_size = max_size
         self._pool: ConnectionPool | None = None
+        self._opening = threading.Lock()
         self._drop_role = False
         self.extensions: frozenset[str] = frozenset()
 
     def open(self) -> None:
+        """Open the pool and migrate, once: concurrent first requests wait for one opener."""
         if self._pool is not None:
             return
-        pool = ConnectionPool(
-            self.dsn,
-            min_size=1,
-            max_size=self._max_size,
-            configure=_register_vector,
-            # Every planner or session setting is SET LOCAL inside the transaction, so
-            # server-side prepared statements (after 5 runs) are safe and save planning.
-            kwargs={"autocommit": True},
-            open=False,
-            name="pgbraid",
-        )
+        with self._opening:
+            if self._pool is None:
+                self._pool = self._open_pool()
+
+    def _open_pool(self) -> ConnectionPool:
+        kwargs: dict = {"autocommit": True}
+        if "application_name" not in _conninfo(self.dsn):
+            kwargs["application_name"] = "pgbraid"
+        # Every planner or session setting is SET LOCAL inside the transaction, so
+        # server-side prepared statements (after 5 runs) are safe and save planning.
+        pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size,
+                              configure=_register_vector, kwargs=kwargs, open=False,
+                              timeout=self.timeout, name="pgbraid")
         try:
-            pool.open(wait=True, timeout=15)
+            pool.open(wait=True, timeout=self.timeout)
         except PoolTimeout as exc:
             pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)})") from exc
-        with pool.connection() as conn:
-            migrate(conn)
-            _register_vector(conn)  # the extension may have been created just now
-            row = conn.execute(
-                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            self._drop_role = bool(row and row[0])
-            self.extensions = frozenset(
-                r[0] for r in conn.execute("SELECT extname FROM pg_extension")
-            )
-        self._pool = pool
+            raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)}) "
+                                     f"within {self.timeout:g} s") from exc
+        try:
+            with translate_errors(), pool.connection() as conn:
+                self._inspect(conn)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _inspect(self, conn: psycopg.Connection) -> None:
+        migrate(conn)
+        _register_vector(conn)  # the extension may have been created just now
+        row = conn.execute(
+            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        self._drop_role = bool(row and row[0])
+        self.extensions = frozenset(r[0] for r in conn.execute("SELECT extname FROM pg_extension"))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -69,7 +83,7 @@ class Database:
         """One transaction under the tenant's row-level security."""
         self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, translate_errors(), conn.transaction():
+        with translate_errors(), self._pool.connection() as conn, conn.transaction():
             conn.execute(
                 "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
                 " set_config('statement_timeout', %s, true)",
@@ -82,7 +96,7 @@ class Database:
         """A connection as the login role, outside RLS (index builds, diagnostics)."""
         self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, translate_errors():
+        with translate_errors(), self._pool.connection() as conn:
             yield conn
 
 
@@ -103,16 +117,30 @@ def translate_errors() -> Iterator[None]:
         yield
     except PgbraidError:
         raise
+    except PoolTimeout as exc:
+        raise BackendUnavailable("no PostgreSQL connection came in time: the server is down "
+                                 "or every pooled connection is busy") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise BackendTimeout("PostgreSQL cancelled the statement (statement timeout)") from exc
     except psycopg.OperationalError as exc:
         raise BackendUnavailable(f"PostgreSQL is unavailable: {exc.sqlstate or 'connection lost'}") from exc
+    except psycopg.DataError as exc:  # class 22: a value PostgreSQL cannot take
+        raise InvalidRequest(f"PostgreSQL refused a value of the request "
+                             f"(SQLSTATE {exc.sqlstate or 'none: NUL byte'})") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate cannot be sent as UTF-8
+        raise InvalidRequest("text must not contain lone surrogates (invalid Unicode)") from exc
+
+
+def _conninfo(dsn: str) -> dict:
+    try:
+        return psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}
 
 
 def _safe_dsn(dsn: str) -> str:
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    info = _conninfo(dsn)
+    if not info:
         return "invalid DSN"
     info.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in info.items())

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled, NotFound
-from ..models import SearchRequest
+from ..models import SearchRequest, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
@@ -169,13 +169,8 @@ class Graph(Strategy):
         _param(request, "measure", "jaccard", MEASURES)
         _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
         _types(request)
-        hops = request.params.get("hops", 2)
-        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
-            raise InvalidRequest("params.hops must be 1, 2 or 3", field="hops")
-        cap = request.params.get("max_fanout", 100)
-        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 100_000:
-            raise InvalidRequest("params.max_fanout must be an integer from 1 to 100000",
-                                 field="max_fanout")
+        number(request.params, "hops", 2, 1, 3, integer=True)
+        number(request.params, "max_fanout", 100, 1, 100_000, integer=True)
         if request.params.get("engine", "pgbraid") not in ("pgbraid", "age"):
             raise InvalidRequest("params.engine must be pgbraid or age", field="engine")
         if request.params.get("engine") == "age" and not context.age:
