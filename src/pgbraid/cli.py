@@ -49,7 +49,7 @@ def handled(as_json: bool) -> Iterator[None]:
     """Show any error in the one shape and exit with its code from the error table."""
     try:
         yield
-    except (click.exceptions.Exit, click.ClickException, click.Abort):
+    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except Exception as exc:
         error = describe(exc)

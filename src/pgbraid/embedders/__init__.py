@@ -11,7 +11,7 @@ Nothing downloads weights: ``minilm`` runs the int8 ONNX file of the pinned
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 from typing import Protocol
 
 import numpy as np
@@ -39,9 +39,26 @@ def validate_name(name: str) -> str | None:
     return None if name == "none" else name
 
 
-@lru_cache(maxsize=None)
+_loaded: dict[tuple, Embedder] = {}
+_loading = threading.Lock()
+
+
 def get(name: str, **settings: str) -> Embedder:
-    """The embedder (loaded once per process)."""
+    """The embedder, loaded once per process even when many threads first ask at once."""
+    key = (name, tuple(sorted(settings.items())))
+    found = _loaded.get(key)
+    if found is None:
+        with _loading:
+            found = _loaded.get(key)
+            if found is None:
+                found = _loaded[key] = _load_or_unavailable(name, **settings)
+    return found
+
+
+get.cache_clear = _loaded.clear  # type: ignore[attr-defined]  # as functools.lru_cache has
+
+
+def _load_or_unavailable(name: str, **settings: str) -> Embedder:
     try:
         return _load(name, **settings)
     except ImportError as exc:
