@@ -49,6 +49,35 @@ def test_paraphrases_are_closer_than_unrelated_sentences(model):
     assert query @ paraphrase > 0.5 > query @ unrelated
 
 
+def test_a_query_does_not_wait_behind_an_ingestion_batch(model):
+    text = "How do I rotate the database credentials?"
+    embedded: list[np.ndarray] = []
+    with model._lock:  # what an ingestion batch holds while it runs
+        worker = threading.Thread(target=lambda: embedded.append(model.embed_query(text)))
+        worker.start()
+        worker.join(30)
+        assert embedded, "embed_query waited for the document session's lock"
+    (document,) = model.embed_documents([text])
+    assert float(embedded[0] @ document) > 0.9999  # the same model, another session
+
+
+def test_concurrent_first_loads_make_one_embedder():
+    pgbraid.embedders.get.cache_clear()
+    loaded: list = []
+    start = threading.Barrier(4)
+
+    def load() -> None:
+        start.wait()
+        loaded.append(pgbraid.embedders.get("minilm"))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(loaded) == 4 and len({id(m) for m in loaded}) == 1
+
+
 def test_a_model_file_with_the_wrong_hash_is_refused(monkeypatch):
     monkeypatch.setattr(minilm, "SHA256", "0" * 64)
     with pytest.raises(BackendUnavailable, match="sha256"):

@@ -86,7 +86,7 @@ def check_vector(values: object, dimension: int | None, what: str, *,
         vector = np.asarray(values, dtype=np.float64)
     except OverflowError:  # an int beyond float range
         vector = np.asarray([math.inf])
-    if not np.isfinite(vector).all() or not np.isfinite(vector.astype(np.float32)).all():
+    if not np.isfinite(vector).all() or np.abs(vector).max() > np.finfo(np.float32).max:
         raise InvalidRequest(f"{what} contains NaN or infinity (or a value beyond float32)",
                              field=what)
     if nonzero and not np.any(vector):
