@@ -174,6 +174,18 @@ def test_as_of_reads_the_version_valid_then_naive_meaning_utc(client, pipeline):
         client.document(pipeline, "a", version=1, as_of=moment)
 
 
+def test_as_of_on_the_cli(env, client, pipeline):
+    client.ingest(pipeline, [{"id": "a", "text": "first text"}])
+    now = datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
+    read = cli(env, "document", pipeline, "a", "--as-of", now, "--json")
+    assert read.exit_code == 0 and json.loads(read.stdout)["version"] == 1
+    for bad in ("yesterday", "2026-02-30"):
+        result = cli(env, "document", pipeline, "a", "--as-of", bad, "--json")
+        assert result.exit_code == 2 and "as_of" in json.loads(result.stdout)["error"]["message"]
+    result = cli(env, "document", pipeline, "a", "--version", "1 OR 1=1")
+    assert result.exit_code == 2  # typer refuses it as not an integer
+
+
 # -- numbers ------------------------------------------------------------------------
 
 NAN, INF = float("nan"), float("inf")
@@ -260,3 +272,14 @@ def test_filter_limits_come_from_settings(client, stocked, data_dir):
 def test_an_over_long_query_is_payload_too_large(offline):
     with pytest.raises(PayloadTooLarge, match="limit is 10000"):
         offline.search("docs", "x" * 10_001)
+
+
+@pytest.mark.parametrize("entity, value, scope", [
+    ("suppliers", "Acme\ud800", {}), ("suppliers", "Acme", {"state": "T\x00X"}),
+    ("supp\x00liers", "Acme", {}),
+])
+def test_entity_lookups_refuse_unstorable_text_unsent(offline, entity, value, scope):
+    with pytest.raises(InvalidRequest):
+        offline.ground(entity, value, scope=scope)
+    with pytest.raises(InvalidRequest):
+        offline.search_source(entity, value, scope=scope)

@@ -264,14 +264,15 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
 
 @app.command()
 def document(pipeline: str, document_id: str, version: Optional[int] = None,
+             as_of: Optional[str] = typer.Option(None, help="ISO-8601 time (no offset: UTC)."),
              classification: Optional[str] = None, history: bool = typer.Option(False, help="List versions."),
              as_json: bool = JsonOpt) -> None:
-    """Read a document by id: current, --version N, or --history."""
+    """Read a document by id: current, --version N, --as-of TIME, or --history."""
     with handled(as_json), connect() as client:
         if history:
             body: Any = client.versions(pipeline, document_id)
         else:
-            body = client.document(pipeline, document_id, version=version,
+            body = client.document(pipeline, document_id, version=version, as_of=as_of,
                                    classification=classification)
         if as_json:
             emit(body)

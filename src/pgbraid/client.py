@@ -16,8 +16,9 @@ from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, ingest
-from .models import (PipelineInfo, SearchResponse, parse_as_of, parse_classifications,
-                     parse_version, shown, validate_document_id, validate_name)
+from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
+                     parse_classifications, parse_version, printable, shown,
+                     validate_document_id, validate_name)
 from .scope import CLOSE_CLASSIFICATIONS, FilterLimits, resolve_classifications
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
@@ -220,6 +221,7 @@ class Client:
         return self.source(name)
 
     def source(self, name: str) -> dict[str, Any]:
+        validate_name("entity source", name)
         with self.session() as conn:
             source = sources.get(conn, name)
         with self.db.admin() as admin:
@@ -235,8 +237,8 @@ class Client:
         """fuzzy, fulltext, bm25 (or exact) over an entity source's text within scope values."""
         if type not in grounding.TEMPLATES:
             raise InvalidRequest(f"type must be one of {', '.join(grounding.TEMPLATES)}", field="type")
-        if not isinstance(k, int) or not 1 <= k <= self.settings.max_k:
-            raise InvalidRequest(f"k must be from 1 to {self.settings.max_k}", field="k")
+        number({"k": k}, "k", 10, 1, self.settings.max_k, integer=True, label="k")
+        _check_lookup(name, query, scope)
         with self.session() as conn:
             source = sources.get(conn, name)
         with self.db.admin() as admin:
@@ -246,6 +248,8 @@ class Client:
     def ground(self, entity: str, value: str, *, scope: dict[str, Any] | None = None,
                strategies: list[str] | None = None) -> dict[str, Any]:
         """Resolve value to one entity: resolved, clarification_needed or not_found."""
+        _check_lookup(entity, value, scope)
+
         def load():
             with self.session() as conn:
                 return sources.get(conn, entity), self.db.admin
@@ -261,6 +265,16 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_lookup(entity: str, value: Any, scope: dict[str, Any] | None) -> None:
+    """An entity source lookup's name, value and scope values, before any statement."""
+    validate_name("entity source", entity)
+    if isinstance(value, str):
+        check_text(value, "the value", "value")
+    for column, wanted in (scope or {}).items():
+        if isinstance(wanted, str):
+            check_text(wanted, f"scope value of {printable(str(column), 40)}", "scope")
 
 
 def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument | ReadError]:
