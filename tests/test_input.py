@@ -208,6 +208,15 @@ def test_nan_and_infinity_are_refused_for_every_number(offline, type_, params):
         offline.search("docs", "pump", type=type_, params=params)
 
 
+@pytest.mark.parametrize("params, fragment", [
+    ({"seed": "G00\x0016"}, "NUL"), ({"seed": {"key": 1}}, "string"),
+    ({"seed_type": "gro\ud800up"}, "surrogates"), ({"edge_types": ["us\x00es"]}, "NUL"),
+])
+def test_graph_names_are_checked_unsent(offline, params, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        offline.search("docs", "APT29", type="graph", params=params)
+
+
 @pytest.mark.parametrize("vector, distance, fragment", [
     ([NAN] * 384, "cosine", "NaN"), ([INF] * 384, "euclidean-distance", "NaN"),
     ([1e39] * 384, "dot-product", "float32"), ([0.0] * 384, "cosine", "all zeros"),

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled, NotFound
-from ..models import SearchRequest, number
+from ..models import SearchRequest, check_text, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
@@ -160,6 +160,20 @@ def _types(request: SearchRequest) -> list[str] | None:
     return value
 
 
+def _check_names(request: SearchRequest) -> None:
+    """Edge types, the seed and vertex types: text PostgreSQL can compare (a seed may be an int)."""
+    for name in _types(request) or ():
+        check_text(name, "params.edge_types", "edge_types")
+    for key in ("seed", "seed_type", "neighbour_type", "candidate_type"):
+        value = request.params.get(key)
+        if key == "seed" and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequest(f"params.{key} must be a string", field=key)
+        if value is not None:
+            check_text(value, f"params.{key}", key)
+
+
 class Graph(Strategy):
     name = "graph"
     description = "shared-neighbour similarity and k-hop walks over the pipeline's edges"
@@ -168,7 +182,7 @@ class Graph(Strategy):
         mode = _param(request, "mode", "similar", MODES)
         _param(request, "measure", "jaccard", MEASURES)
         _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
-        _types(request)
+        _check_names(request)
         number(request.params, "hops", 2, 1, 3, integer=True)
         number(request.params, "max_fanout", 100, 1, 100_000, integer=True)
         if request.params.get("engine", "pgbraid") not in ("pgbraid", "age"):
