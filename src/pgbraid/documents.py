@@ -9,7 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .errors import InvalidRequest, NotFound
-from .models import parse_as_of, parse_version, validate_document_id
+from .models import parse_as_of, parse_version, shown, validate_document_id
 from .pipelines import Pipeline
 
 _VERSION = """
@@ -43,7 +43,7 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_VERSION + condition, params).fetchone()
     if row is None:
-        raise NotFound(f"document {document_id!r} has no such version visible to this caller",
+        raise NotFound(f"document {shown(document_id)} has no such version visible to this caller",
                        document_id=document_id)
     for key in ("valid_from", "valid_to"):
         row[key] = row[key].isoformat() if row[key] else None
@@ -60,7 +60,7 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str) -> 
             " WHERE d.pipeline_id = %s AND d.external_id = %s ORDER BY v.version",
             (pipeline.id, document_id)).fetchall()
     if not rows:
-        raise NotFound(f"document {document_id!r} does not exist", document_id=document_id)
+        raise NotFound(f"document {shown(document_id)} does not exist", document_id=document_id)
     for row in rows:
         for key in ("valid_from", "valid_to"):
             row[key] = row[key].isoformat() if row[key] else None

@@ -12,7 +12,7 @@ from psycopg.rows import class_row, dict_row
 
 from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
-from .models import PipelineInfo, validate_name
+from .models import PipelineInfo, shown, validate_name
 
 _COLUMNS = ("SELECT id, tenant_id AS tenant, name, fulltext, language::text AS language, embedder,"
             " dimension, chunk_size, settings, created_at FROM pgbraid.pipelines")
@@ -39,7 +39,7 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
     config = config_for(language)
     if config is None:
         raise InvalidRequest(
-            f"unknown language {language!r}; use one of {', '.join(sorted(CONFIG_NAMES))}",
+            f"unknown language {shown(language)}; use one of {', '.join(sorted(CONFIG_NAMES))}",
             field="language")
     if not 200 <= chunk_size <= 20_000:
         raise InvalidRequest("chunk_size must be between 200 and 20000 characters", field="chunk_size")

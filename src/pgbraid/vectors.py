@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from .errors import InvalidRequest
+from .models import shown
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ DISTANCES = {d.name: d for d in [
 def distance(name: str) -> Distance:
     found = DISTANCES.get(name)
     if found is None:
-        raise InvalidRequest(f"unknown distance_strategy {name!r}; use one of "
+        raise InvalidRequest(f"unknown distance_strategy {shown(name)}; use one of "
                              f"{', '.join(DISTANCES)} (max-inner-product is not supported)",
                              field="distance_strategy")
     return found

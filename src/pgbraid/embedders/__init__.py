@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import InvalidRequest
+from ..models import shown
 
 NAMES = ("minilm", "e5-multilingual", "openai", "none")
 DIMENSIONS = {"minilm": 384, "e5-multilingual": 384}
@@ -34,7 +35,7 @@ class Embedder(Protocol):
 
 def validate_name(name: str) -> str | None:
     if name not in NAMES:
-        raise InvalidRequest(f"unknown embedder {name!r}; use one of {', '.join(NAMES)}",
+        raise InvalidRequest(f"unknown embedder {shown(name)}; use one of {', '.join(NAMES)}",
                              field="embedder")
     return None if name == "none" else name
 
@@ -80,4 +81,4 @@ def _load(name: str, **settings: str) -> Embedder:
         from .openai import OpenAICompatible
 
         return OpenAICompatible(**settings)
-    raise InvalidRequest(f"unknown embedder {name!r}", field="embedder")
+    raise InvalidRequest(f"unknown embedder {shown(name)}", field="embedder")

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled, NotFound
-from ..models import SearchRequest, check_text, number
+from ..models import SearchRequest, check_text, number, shown
 from ..pipelines import Pipeline
 from ..scope import Scope
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
@@ -204,7 +204,7 @@ class Graph(Strategy):
         for key in ("seed_type", "neighbour_type", "candidate_type"):
             value = request.params.get(key)
             if value is not None and value not in known["vertices"]:
-                raise InvalidRequest(f"unknown vertex type {value!r}; this pipeline has "
+                raise InvalidRequest(f"unknown vertex type {shown(value)}; this pipeline has "
                                      f"{known['vertices']}", field=key)
         seed, how = _seed(conn, pipeline.id, request)
         mode = _param(request, "mode", "similar", MODES)

@@ -26,7 +26,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import BackendUnavailable, InvalidRequest
-from ..models import SearchRequest, number
+from ..models import SearchRequest, number, shown
 from ..pipelines import Pipeline
 from ..scope import Scope
 from ..vectors import Distance, check_vector, distance
@@ -68,7 +68,7 @@ class _Vector(Strategy):
         asked = request.params.get("embedder")
         if asked is not None and asked != pipeline.embedder:
             raise InvalidRequest(f"pipeline {pipeline.name!r} was embedded with "
-                                 f"{pipeline.embedder!r}, not {asked!r}: its vectors are not "
+                                 f"{pipeline.embedder!r}, not {shown(asked)}: its vectors are not "
                                  "comparable", field="embedder")
         if "vector" in request.params:
             return check_vector(request.params["vector"], pipeline.dimension or 0, "params.vector",
