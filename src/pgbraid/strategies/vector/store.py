@@ -15,7 +15,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .errors import InvalidRequest
+from ...errors import InvalidRequest
 
 
 @dataclass(frozen=True)
