@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 import pgbraid
@@ -9,12 +11,18 @@ from pgbraid import Forbidden, NotFound, strategies
 from pgbraid.scope import Principal
 
 
+# Classifications are tenant-wide: names of this module's own, so that hierarchies
+# other tests declare do not apply here.
+TAG = uuid.uuid4().hex[:6]
+SECRET, INTERNAL = f"secret-{TAG}", f"internal-{TAG}"
+
+
 @pytest.fixture()
 def classified(client, pipeline):
-    client.define_classification("secret", implies=["internal"])
+    client.define_classification(SECRET, implies=[INTERNAL])
     client.ingest(pipeline, [
-        {"id": "s", "text": "reactor launch codes", "classification": ["secret"]},
-        {"id": "i", "text": "reactor maintenance", "classification": ["internal"]},
+        {"id": "s", "text": "reactor launch codes", "classification": [SECRET]},
+        {"id": "i", "text": "reactor maintenance", "classification": [INTERNAL]},
         {"id": "p", "text": "reactor visitors"}])
     return pipeline
 
@@ -38,22 +46,22 @@ def test_search_needs_read_and_execute_on_the_pipeline(data_dir, classified):
 
 
 def test_a_request_can_only_narrow_what_the_principal_holds(data_dir, classified):
-    with reader(data_dir, {"*": {"read", "execute"}}, ("internal",)) as internal:
+    with reader(data_dir, {"*": {"read", "execute"}}, (INTERNAL,)) as internal:
         # no classification named: the principal's own, and public
         assert {h.document_id for h in internal.search(classified, "reactor").hits} == {"i", "p"}
         assert {h.document_id for h in internal.search(
             classified, "reactor", classification="public").hits} == {"p"}
-        with pytest.raises(Forbidden, match="secret"):
-            internal.search(classified, "reactor", classification="secret")
+        with pytest.raises(Forbidden, match=SECRET):
+            internal.search(classified, "reactor", classification=SECRET)
         with pytest.raises(Forbidden):
-            internal.document(classified, "s", classification="secret")
+            internal.document(classified, "s", classification=SECRET)
         with pytest.raises(NotFound):  # exactly as if it did not exist
             internal.versions(classified, "s")
         assert internal.pipeline(classified).documents == 2
-    with reader(data_dir, {"*": {"read", "execute"}}, ("secret",)) as secret:
+    with reader(data_dir, {"*": {"read", "execute"}}, (SECRET,)) as secret:
         # holding secret implies internal: asking for the implied one is narrowing,
         # and a request holds exactly what it names (here internal implies nothing)
-        hits = secret.search(classified, "reactor", classification="internal").hits
+        hits = secret.search(classified, "reactor", classification=INTERNAL).hits
         assert {h.document_id for h in hits} == {"i"}
 
 
@@ -66,7 +74,7 @@ def test_writes_and_raw_sessions_need_their_permissions(data_dir, classified):
         with pytest.raises(Forbidden):
             read_only.create_pipeline("nope", embedder="none")
         with pytest.raises(Forbidden):
-            read_only.define_classification("internal", implies=["secret"])
+            read_only.define_classification(INTERNAL, implies=[SECRET])
         with pytest.raises(Forbidden):
             read_only.session()
         assert not hasattr(read_only, "db")  # no superuser handle on a client

@@ -53,6 +53,7 @@ class Engine:
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
+        self._pgsearch_ready = False
 
     # -- requests -------------------------------------------------------------------
 
@@ -67,6 +68,12 @@ class Engine:
 
     def context_with_extensions(self) -> Context:
         self.db.open()
+        if self.context.pgsearch and "pg_search" in self.db.extensions and not self._pgsearch_ready:
+            from .strategies.pgsearch import ensure_index
+
+            with self.db.admin() as owner:  # searches run read-only: the index comes first
+                ensure_index(owner)
+            self._pgsearch_ready = True
         return dataclasses.replace(self.context, extensions=self.db.extensions)
 
     # -- search -------------------------------------------------------------------
