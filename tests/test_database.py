@@ -51,9 +51,9 @@ def test_pool_size_and_timeout_come_from_settings(monkeypatch, data_dir, server)
     monkeypatch.setenv("PGBRAID_POOL_TIMEOUT", "2.5")
     with pgbraid.connect(data_dir=data_dir) as client:
         client.pipelines()
-        assert (client.db._pool.max_size, client.db._pool.timeout) == (3, 2.5)
+        assert (client._db._pool.max_size, client._db._pool.timeout) == (3, 2.5)
     with pgbraid.connect(data_dir=data_dir) as client:
         assert client.settings.pool_size == 3
     monkeypatch.delenv("PGBRAID_POOL_SIZE")
     with pgbraid.connect(data_dir=data_dir) as client:
-        assert client.settings.pool_size == 16 and client.db._max_size == 16
+        assert client.settings.pool_size == 16 and client._db._max_size == 16

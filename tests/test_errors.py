@@ -129,10 +129,9 @@ def test_an_existing_pipeline_is_a_conflict(client, pipeline, env):
     assert result.exit_code == 2 and json.loads(result.stdout)["error"]["code"] == "conflict"
 
 
-def test_an_existing_entity_source_is_a_conflict(client):
+def test_an_existing_entity_source_is_a_conflict(client, superuser):
     table = f"conflict_{uuid.uuid4().hex[:6]}"
-    with client.db.admin() as admin:
-        admin.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
+    superuser.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
     client.add_source(f"s_{table}", table=table, key="id", text="name")
     with pytest.raises(Conflict, match="already exists"):
         client.add_source(f"s_{table}", table=table, key="id", text="name")

@@ -27,7 +27,7 @@ def suppliers(data_dir, server):
     rows = [(name, STATES[i % len(STATES)]) for i, name in enumerate(names)]
     rows.append(("Acme Metal Fabrication", "TX"))
     rows.append(("Acme Metal Fabrication", "TX"))  # two suppliers with one name in one state
-    with pgbraid.connect(data_dir=data_dir) as client, client.db.admin() as admin:
+    with pgbraid.connect(data_dir=data_dir) as client, client._db.admin() as admin:
         admin.execute(f"CREATE TABLE {table} (supplier_id serial PRIMARY KEY,"
                       " supplier_name text NOT NULL, state text NOT NULL)")
         with admin.cursor() as cur:
@@ -104,7 +104,7 @@ def test_a_gated_strategy_is_skipped_and_sends_nothing():
         assert result["status"] == "not_found"
         assert result["strategiesTried"] == [{"strategy": "pg_search", "status": "skipped",
                                               "reason": "not opted in (PGBRAID_PGSEARCH=1)"}]
-        assert client.db._pool is None
+        assert client._db._pool is None
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -120,7 +120,7 @@ def test_bad_sources_create_nothing(client, suppliers, kwargs, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
         client.add_source(name, **kwargs)
     assert name not in {s["name"] for s in client.sources()}
-    with client.db.admin() as admin:  # the table survived the injection attempt
+    with client._db.admin() as admin:  # the table survived the injection attempt
         assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 2002
 
 

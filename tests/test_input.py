@@ -35,7 +35,7 @@ def offline():
     """A client whose server cannot be reached: whatever it refuses, it refused unsent."""
     with pgbraid.connect(dsn=UNREACHABLE, pool_timeout=1) as client:
         yield client
-        assert client.db._pool is None
+        assert client._db._pool is None
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ import pgbraid
 from pgbraid import BackendUnavailable, InvalidRequest, NotEnabled
 from pgbraid.embedders import minilm
 from pgbraid.embedders.server import make_server
-from pgbraid.vectors import DISTANCES
+from pgbraid.strategies.vector import DISTANCES
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
 DIM = 384

@@ -217,8 +217,8 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
             return
         if query is None:
             raise InvalidRequest("give a QUERY or --queries FILE")
-        response = client.engine.search(
-            pipeline, _request(query, type_, k, classification, filter_, params, group_by, distance))
+        response = client.search(
+            pipeline, **_request(query, type_, k, classification, filter_, params, group_by, distance))
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
 
@@ -229,8 +229,8 @@ def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
 
     for qid, text, _ in read_queries(path):
         try:
-            response = client.engine.search(
-                pipeline, _request(text, type_, k, classification, filter_, params, group_by, distance))
+            response = client.search(
+                pipeline, **_request(text, type_, k, classification, filter_, params, group_by, distance))
             emit({**response.model_dump(mode="json"), "id": qid})
         except (BackendUnavailable, BackendTimeout):
             raise
@@ -253,8 +253,8 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
         for qid, text, _ in read_queries(queries):
             if qid not in judgments:
                 continue
-            response = client.engine.search(
-                pipeline, _request(text, type_, depth, None, None, params, "document"))
+            response = client.search(
+                pipeline, **_request(text, type_, depth, None, None, params, "document"))
             run[qid] = {hit.document_id: float(depth - hit.rank + 1) for hit in response.hits}
         result = {"pipeline": pipeline, "type": type_, "queries": len(run), **score(judgments, run)}
         emit(result) if as_json else show_mapping("evaluation", result)

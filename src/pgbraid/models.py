@@ -59,7 +59,8 @@ def validate_name(kind: str, name: str) -> str:
 class SearchRequest(Frozen):
     query: str
     type: str = "fulltext"
-    classification: tuple[str, ...] = (DEFAULT_CLASSIFICATION,)
+    classification: tuple[str, ...] | None = None
+    """What the reader holds (only narrows the principal's); None: the principal's default."""
     params: dict[str, Any] = Field(default_factory=dict)
     filters: dict[str, Any] | None = None
     distance_strategy: str = "cosine"
@@ -67,7 +68,9 @@ class SearchRequest(Frozen):
 
     @field_validator("classification", mode="before")
     @classmethod
-    def _classification(cls, value: Any) -> tuple[str, ...]:
+    def _classification(cls, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
         try:
             return parse_classifications(value)
         except InvalidRequest as exc:

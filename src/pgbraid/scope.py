@@ -66,7 +66,8 @@ class Principal:
 
     @property
     def default_classifications(self) -> tuple[str, ...]:
-        return self.classifications if self.classifications else ("public",)
+        """What a request naming no classification holds: the principal's, and public."""
+        return tuple(dict.fromkeys((*(self.classifications or ()), "public")))
 
     def allows(self, pipeline: str, permission: str) -> bool:
         held = self.permissions.get(pipeline, frozenset()) | self.permissions.get(

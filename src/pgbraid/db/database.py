@@ -12,12 +12,16 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from .migrations import migrate
 
 APP_ROLE = "pgbraid_app"
+LEG_WAIT_S = 0.2
+"""How long a leg waits for a pooled connection of its own before it runs, in turn,
+on the search's main session instead (same snapshot either way)."""
 
 
 class Database:
@@ -84,12 +88,27 @@ class Database:
         self.open()
         assert self._pool is not None
         with translate_errors(), self._pool.connection() as conn, conn.transaction():
-            conn.execute(
-                "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
-                " set_config('statement_timeout', %s, true)",
-                (APP_ROLE if self._drop_role else "none", tenant, str(self.statement_timeout_ms)),
-            )
+            self._enter(conn, tenant)
             yield conn
+
+    def _enter(self, conn: psycopg.Connection, tenant: str) -> None:
+        conn.execute(
+            "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
+            " set_config('statement_timeout', %s, true)",
+            (APP_ROLE if self._drop_role else "none", tenant, str(self.statement_timeout_ms)),
+        )
+
+    @contextmanager
+    def snapshot(self, tenant: str) -> Iterator["Snapshot"]:
+        """A read-only REPEATABLE READ transaction under the tenant's row-level
+        security: every statement of a search sees one snapshot, and legs on other
+        sessions can share it (``Snapshot.leg``)."""
+        self.open()
+        assert self._pool is not None
+        with translate_errors(), self._pool.connection() as conn:
+            with _explicit(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+                self._enter(conn, tenant)
+                yield Snapshot(self, conn, tenant)
 
     @contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
@@ -98,6 +117,54 @@ class Database:
         assert self._pool is not None
         with translate_errors(), self._pool.connection() as conn:
             yield conn
+
+
+class Snapshot:
+    """One search's snapshot: its main session, and sessions that import it."""
+
+    def __init__(self, db: Database, conn: psycopg.Connection, tenant: str) -> None:
+        self.db = db
+        self.conn = conn
+        self.tenant = tenant
+        self._exported: str | None = None
+
+    def export(self) -> None:
+        """Export the snapshot (on the main session, before legs start in threads)."""
+        if self._exported is None:
+            self._exported = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+
+    @contextmanager
+    def leg(self) -> Iterator[psycopg.Connection | None]:
+        """A session of its own in this snapshot, or None when the pool has none free
+        soon (the caller then runs the leg on the main session)."""
+        assert self._exported is not None and self.db._pool is not None
+        try:
+            conn = self.db._pool.getconn(timeout=LEG_WAIT_S)
+        except PoolTimeout:
+            yield None
+            return
+        try:
+            with translate_errors(), _explicit(conn, sql.SQL(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                    " SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._exported))):
+                self.db._enter(conn, self.tenant)
+                yield conn
+        finally:
+            self.db._pool.putconn(conn)
+
+
+@contextmanager
+def _explicit(conn: psycopg.Connection, begin: str | sql.Composable) -> Iterator[None]:
+    """A transaction begun by our own statement (psycopg's begins have no snapshot
+    import), committed on success and rolled back on any error."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+    conn.commit()
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..models import check_json, check_text, parse_classifications, validate_document_id
-from ..vectors import check_vector
+from ..strategies.vector.store import check_vector
 from ..errors import InvalidRequest
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")

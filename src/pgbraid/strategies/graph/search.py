@@ -32,11 +32,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..errors import InvalidRequest, NotEnabled, NotFound
-from ..models import SearchRequest, check_text, number, shown
-from ..pipelines import Pipeline
-from ..scope import Scope
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ...errors import InvalidRequest, NotEnabled, NotFound
+from ...models import SearchRequest, check_text, number, shown
+from ...pipelines import Pipeline
+from ...scope import Scope
+from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
 MEASURES = ("jaccard", "cosine", "adamic-adar")
 DIRECTIONS = ("out", "in", "both")
@@ -328,13 +328,18 @@ def _keys(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
 
 
 def _document_hits(conn: psycopg.Connection, scope: Scope, entities: list[dict]) -> list[Row]:
+    """Each entity's documents within scope; entities keep only those (never the ids of
+    documents the reader may not see), and the best entity citing a document cites it."""
     wanted = {doc: e for e in reversed(entities) for doc in e.get("documents") or []}
-    if not wanted:
-        return []
-    where, params = scope.where("f")
-    statement = sql.SQL(_DOCUMENT_HITS).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
-    with conn.cursor(row_factory=dict_row) as cur:
-        found = cur.execute(statement, {**params, "ids": list(wanted)}).fetchall()
+    found: list[dict] = []
+    if wanted:
+        where, params = scope.where("f")
+        statement = sql.SQL(_DOCUMENT_HITS).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+        with conn.cursor(row_factory=dict_row) as cur:
+            found = cur.execute(statement, {**params, "ids": list(wanted)}).fetchall()
+    visible = {record["document_id"] for record in found}
+    for entity in entities:
+        entity["documents"] = [d for d in entity.get("documents") or [] if d in visible]
     rows = []
     for record in found:
         entity = wanted[record["document_id"]]

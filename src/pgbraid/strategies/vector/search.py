@@ -25,12 +25,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..errors import BackendUnavailable, InvalidRequest
-from ..models import SearchRequest, number, shown
-from ..pipelines import Pipeline
-from ..scope import Scope
-from ..vectors import Distance, check_vector, distance
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ...errors import BackendUnavailable, InvalidRequest
+from ...models import SearchRequest, number, shown
+from ...pipelines import Pipeline
+from ...scope import Scope
+from .store import Distance, check_vector, distance
+from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
 _NEAREST = """
 SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}

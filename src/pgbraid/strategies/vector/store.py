@@ -15,8 +15,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .errors import InvalidRequest
-from .models import shown
+from ...errors import InvalidRequest
+from ...models import shown
 
 
 @dataclass(frozen=True)
