@@ -8,14 +8,14 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import documents, embedders, grounding, pipelines, sources
+from . import apikeys, documents, embedders, grounding, pipelines, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import InvalidRequest, NotEnabled
+from .errors import BackendUnavailable, InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -46,6 +46,28 @@ class Client:
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
+        self._borrowed = False
+
+    def acting_as(self, principal: Principal) -> "Client":
+        """A client over this one's pool and engine acting as ``principal`` (the HTTP
+        layer: one client per process, one principal per request). Closing it is a no-op."""
+        other = Client(self._db, self.settings, self.server, principal)
+        other._engine, other._borrowed = self.engine, True
+        return other
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal an API key stands for (Unauthorized when none, revoked or expired)."""
+        return apikeys.authenticate(lambda: self._db.session(""), token)
+
+    def ready(self) -> dict[str, Any]:
+        """PostgreSQL reachable and every migration applied (BackendUnavailable otherwise)."""
+        from .db.migrations import pending
+
+        with self._db.admin() as conn:
+            missing = pending(conn)
+        if missing:
+            raise BackendUnavailable(f"migrations not applied: {', '.join(missing)}")
+        return {"status": "ready"}
 
     @property
     def tenant(self) -> str:
@@ -193,6 +215,42 @@ class Client:
         return self.engine.versions(self.principal, pipeline, document_id,
                                     classification=classification)
 
+    def documents(self, pipeline: str, *, after: str | None = None, limit: int = 100,
+                  classification: Any = None) -> dict[str, Any]:
+        """A page of current documents in id order: ``{"documents": [...], "next": cursor}``;
+        pass ``next`` as ``after`` for the following page (None after the last)."""
+        validate_name("pipeline", pipeline)
+        return self.engine.documents(self.principal, pipeline, after=after, limit=limit,
+                                     classification=classification)
+
+    def fragment(self, pipeline: str, fragment_id: int, *,
+                 classification: Any = None) -> dict[str, Any]:
+        validate_name("pipeline", pipeline)
+        return self.engine.fragment(self.principal, pipeline, fragment_id,
+                                    classification=classification)
+
+    # -- API keys -------------------------------------------------------------------
+
+    def create_key(self, *, pipeline: str, permissions: Any, classification: Any = None,
+                   expires: Any = None, admin: bool = False) -> dict[str, str]:
+        """A new API key of this tenant: ``{"id", "key"}``; the key is shown only now."""
+        self.principal.require_tenant_admin("creating an API key")
+        with self._session() as conn:
+            return apikeys.create(conn, self.principal, pipeline=pipeline,
+                                  permissions=permissions, classification=classification,
+                                  expires=expires, admin=admin)
+
+    def keys(self) -> list[dict[str, Any]]:
+        self.principal.require_tenant_admin("listing API keys")
+        with self._session() as conn:
+            return apikeys.listing(conn)
+
+    def revoke_key(self, key_id: str) -> dict[str, str]:
+        """Revoke a key: the next request that presents it is refused."""
+        self.principal.require_tenant_admin("revoking an API key")
+        with self._session() as conn:
+            return apikeys.revoke(conn, key_id)
+
     # -- graph ----------------------------------------------------------------------
 
     def load_graph(self, pipeline: str, *, vertices: Path | str | None = None,
@@ -210,15 +268,9 @@ class Client:
     def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
                            edges: list[tuple] = ()) -> dict[str, int]:
         """Load in-memory vertices (type, key, label, documents) and edges
-        (src_type, src, type, dst_type, dst[, weight])."""
+        (src_type, src, type, dst_type, dst[, weight[, directed]]), all or nothing."""
         self.principal.require(pipeline, "write")
-        data = graph.GraphLoad(vertices=[(t, str(k), l, list(d)) for t, k, l, d in vertices])
-        for n, edge in enumerate(edges, start=1):
-            weight = float(edge[5]) if len(edge) > 5 else 1.0
-            if (edge[0], str(edge[1])) == (edge[3], str(edge[4])):
-                data.errors.append(f"record {n}: self-loop on {edge[0]}:{edge[1]}")
-            data.edges.append((edge[0], str(edge[1]), edge[2], edge[3], str(edge[4]), weight, True,
-                               f"record {n}"))
+        data = graph.from_records(vertices, edges)
         with self._session() as conn:
             return graph.load(conn, pipelines.get(conn, pipeline).id, data)
 
@@ -251,7 +303,15 @@ class Client:
                 sources.create_indexes(admin, source)
         return self.source(name)
 
+    def remove_source(self, name: str) -> None:
+        """Unregister an entity source (the table itself is untouched)."""
+        self.principal.require_tenant_admin("removing an entity source")
+        validate_name("entity source", name)
+        with self._session() as conn:
+            sources.remove(conn, name)
+
     def source(self, name: str) -> dict[str, Any]:
+        self.principal.require(ANY_PIPELINE, "read")
         validate_name("entity source", name)
         with self._session() as conn:
             source = sources.get(conn, name)
@@ -260,6 +320,7 @@ class Client:
         return {**source.as_dict(), "missing_indexes": missing}
 
     def sources(self) -> list[dict[str, Any]]:
+        self.principal.require(ANY_PIPELINE, "read")
         with self._session() as conn:
             return [s.as_dict() for s in sources.list_all(conn)]
 
@@ -291,7 +352,8 @@ class Client:
                                 timeout_ms=self.settings.statement_timeout_ms)
 
     def close(self) -> None:
-        self._db.close()
+        if not self._borrowed:
+            self._db.close()
 
     def __enter__(self) -> "Client":
         return self

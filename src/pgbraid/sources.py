@@ -100,6 +100,13 @@ def add(conn: psycopg.Connection, source: Source) -> None:
         raise Conflict(f"entity source {source.name!r} already exists", field="name")
 
 
+def remove(conn: psycopg.Connection, name: str) -> None:
+    row = conn.execute("DELETE FROM pgbraid.entity_sources WHERE name = %s RETURNING name",
+                       (name,)).fetchone()
+    if row is None:
+        raise NotFound(f"entity source {name!r} does not exist", entity=name)
+
+
 def get(conn: psycopg.Connection, name: str) -> Source:
     with conn.cursor(row_factory=class_row(Source)) as cur:
         source = cur.execute(_SELECT + " WHERE name = %s", (name,)).fetchone()
