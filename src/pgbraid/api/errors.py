@@ -86,7 +86,8 @@ def _problem(problem: dict[str, Any]) -> dict[str, str]:
     """{"field", "message"} of one validation problem; the message names the field."""
     loc = tuple(problem.get("loc", ()))
     kind = problem.get("type", "")
-    field = printable(".".join(str(p) for p in loc if p not in ("body", "query", "path")), 100)
+    inside = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
+    field = printable(".".join(str(p) for p in inside), 100)
     if kind == "json_invalid":
         reason = printable(str((problem.get("ctx") or {}).get("error", "")), 80)
         at = f" at character {loc[1]}" if len(loc) > 1 else ""
