@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 
@@ -29,6 +29,7 @@ from . import documents, entities, graph, health, keys, pipelines, search
 from .auth import Api
 from .errors import CatchAll, install
 from .middleware import AccessLog, RequestShape, access_logger
+from .schemas import known_query
 
 ROUTERS = (health, pipelines, documents, search, graph, entities, keys)
 DESCRIPTION = ("Retrieval strategies on PostgreSQL, alone or fused, with a trace. Every "
@@ -56,7 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(client.close)
 
     app = FastAPI(title="pgbraid", version=_version(), description=DESCRIPTION,
-                  lifespan=lifespan, docs_url=None, redoc_url=None)
+                  lifespan=lifespan, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(known_query)])
     for module in ROUTERS:
         app.include_router(module.router)
     install(app)

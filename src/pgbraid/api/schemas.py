@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidRequest
@@ -270,3 +271,24 @@ def check_path_id(value: str, field: str = "document_id") -> str:
         raise InvalidRequest(f"{field} {shown(value)} has an empty, '.' or '..' path segment",
                              field=field)
     return value
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def known_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take, by name (as unknown body fields)."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        found, stack = set(), [route.dependant]
+        while stack:
+            dependant = stack.pop()
+            found.update(field.alias for field in dependant.query_params)
+            stack.extend(dependant.dependencies)
+        names = _QUERY_NAMES[id(route)] = frozenset(found)
+    unknown = [name for name in request.query_params if name not in names]
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter {shown(unknown[0])}", field=unknown[0])
