@@ -89,6 +89,14 @@ def source_show(name: str, as_json: bool = JsonOpt) -> None:
         emit(body) if as_json else show_mapping(f"entity source {name}", body)
 
 
+@source_app.command("delete")
+def source_delete(name: str, as_json: bool = JsonOpt) -> None:
+    """Unregister an entity source: drop its indexes and revoke its read grant."""
+    with handled(as_json), connect() as client:
+        client.remove_source(name)
+        emit({"deleted": name}) if as_json else console.print(f"deleted entity source {name}")
+
+
 @source_app.command("search")
 def source_search(name: str, query: str, type_: str = typer.Option("fuzzy", "--type", "-t"),
                   scope: list[str] = typer.Option([]), k: int = 10, as_json: bool = JsonOpt) -> None:
