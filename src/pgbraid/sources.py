@@ -329,8 +329,9 @@ def _create_indexes(admin: psycopg.Connection, source: Source) -> None:
         admin.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (to_tsvector({}::regconfig, {}))").format(
             sql.Identifier(names["fulltext"]), source.table, sql.Literal(source.language), source.text))
     except InsufficientPrivilege as exc:
-        raise NotEnabled(f"only the owner of {source.table_schema}.{source.table_name} can create "
-                         "its indexes: register it without --create-indexes, or as its owner",
+        raise NotEnabled(f"only the owner of {source.table_schema}.{source.table_name}, with CREATE"
+                         " on its schema, can create its indexes: register it without "
+                         "--create-indexes, or as its owner",
                          capability="entity_sources") from exc
 
 
