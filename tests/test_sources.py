@@ -151,7 +151,7 @@ def test_the_reported_attack_finds_no_secret(env, data_dir, server):
     found = runner.invoke(app, ["source", "search", "leak", "ZEBRA-SECRET-42", "--type",
                                 "fulltext", "--json"], env=env)
     assert found.exit_code == 2 and json.loads(found.stdout)["error"]["code"] == "not_found"
-    assert "ZEBRA" not in added.stdout + found.stdout.replace("ZEBRA-SECRET-42\"", "")
+    assert "ZEBRA" not in added.stdout + found.stdout
 
 
 def test_source_schemas_allow_list(data_dir, server, superuser):

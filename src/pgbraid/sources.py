@@ -50,7 +50,7 @@ KIND_NAMES = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
 
 
 def role_name(tenant: str) -> str:
-    """The tenant's source reader: one role per tenant, named from a hash (roles are cluster-wide)."""
+    """The tenant's source reader, one per tenant, named from a hash (roles are cluster-wide)."""
     return "pgbraid_src_" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
 
 
@@ -135,11 +135,13 @@ def check_table(conn: psycopg.Connection, schema: str, table: str,
     if not rows:
         raise InvalidRequest(f"table {schema}.{table} does not exist", field="table")
     for depth, nspname, relname, relkind in rows:
-        what = f"{schema}.{table}" if depth == 0 else f"{nspname}.{relname}, under {schema}.{table},"
+        what = (f"{schema}.{table}" if depth == 0
+                else f"{nspname}.{relname}, under {schema}.{table},")
         if relkind not in TABLE_KINDS:
-            raise Forbidden(f"{what} is {KIND_NAMES.get(relkind, 'not a table')}: only ordinary and "
-                            "partitioned tables can be entity sources (views, materialized views and "
-                            "foreign tables read with their owner's rights)", field="table")
+            raise Forbidden(f"{what} is {KIND_NAMES.get(relkind, 'not a table')}: only ordinary"
+                            " and partitioned tables can be entity sources (views, materialized"
+                            " views and foreign tables read with their owner's rights)",
+                            field="table")
         _refuse_schema(nspname, allowed, what)
 
 
@@ -254,11 +256,13 @@ def _revoke(admin: psycopg.Connection, role: str, retired: Retired) -> None:
     if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         return
     if retired.table_unused and _table_exists(admin, source):
-        admin.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(source.table, sql.Identifier(role)))
+        admin.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(
+            source.table, sql.Identifier(role)))
         if admin.execute(_HOLDS, (source.table_schema, source.table_name, role)).fetchone()[0]:
             # REVOKE by a role that is not the grantor only warns
-            raise NotEnabled(f"the login role cannot revoke {role}'s grant on {source.table_schema}."
-                             f"{source.table_name}; nothing was removed", capability="entity_sources")
+            raise NotEnabled(f"the login role cannot revoke {role}'s grant on "
+                             f"{source.table_schema}.{source.table_name}; nothing was removed",
+                             capability="entity_sources")
     if retired.schema_unused and admin.execute(
             "SELECT 1 FROM pg_namespace WHERE nspname = %s", (source.table_schema,)).fetchone():
         admin.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(
@@ -284,7 +288,8 @@ FROM pg_roles r WHERE r.rolname = %s
 def _source_role(admin: psycopg.Connection, tenant: str) -> str:
     """The tenant's source role, created if missing; refused if it holds more than it should."""
     superuser, createrole, login = admin.execute(
-        "SELECT rolsuper, rolcreaterole, rolname FROM pg_roles WHERE rolname = current_user").fetchone()
+        "SELECT rolsuper, rolcreaterole, rolname FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
     if not (superuser or createrole):
         raise NotEnabled(f"entity sources are read as a role per tenant, and the login role "
                          f"{login} can neither create roles (CREATEROLE) nor is superuser",
@@ -309,15 +314,18 @@ def _grant(admin: psycopg.Connection, role: str, source: Source) -> None:
     # GRANT without the grant option only warns; the check afterwards is what counts.
     admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
         sql.Identifier(source.table_schema), sql.Identifier(role)))
-    admin.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(source.table, sql.Identifier(role)))
+    admin.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(
+        source.table, sql.Identifier(role)))
     granted = admin.execute(
         "SELECT has_schema_privilege(%(role)s, %(schema)s, 'USAGE'),"
-        " has_table_privilege(%(role)s, format('%%I.%%I', %(schema)s::text, %(table)s::text), 'SELECT')",
+        " has_table_privilege(%(role)s, format('%%I.%%I', %(schema)s::text, %(table)s::text),"
+        " 'SELECT')",
         {"role": role, "schema": source.table_schema, "table": source.table_name}).fetchone()
     if not all(granted):
         raise NotEnabled(f"the login role cannot grant SELECT on {source.table_schema}."
                          f"{source.table_name} to {role}: it must own the table or hold SELECT on "
-                         "it WITH GRANT OPTION (and USAGE on its schema)", capability="entity_sources")
+                         "it WITH GRANT OPTION (and USAGE on its schema)",
+                         capability="entity_sources")
 
 
 def _create_indexes(admin: psycopg.Connection, source: Source) -> None:
@@ -337,10 +345,10 @@ def _create_indexes(admin: psycopg.Connection, source: Source) -> None:
 
 def _drop_indexes(admin: psycopg.Connection, source: Source) -> None:
     """Only pgbraid's own indexes of this source, and only on its table."""
+    ours = list(source.index_names().values())
     for (index,) in admin.execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s"
-            " AND indexname = ANY(%s)",
-            (source.table_schema, source.table_name, list(source.index_names().values()))).fetchall():
+            " AND indexname = ANY(%s)", (source.table_schema, source.table_name, ours)).fetchall():
         admin.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
             sql.Identifier(source.table_schema, index)))
 
