@@ -125,8 +125,8 @@ def ensure_synthetic(client, target: int = 100_000) -> str:
     info = client.pipeline(SYNTHETIC)
     with client.session() as conn:
         pid = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s", (SYNTHETIC,)).fetchone()[0]
-    with client.db.admin() as admin:
-        from pgbraid import vectors as vector_indexes
+    with client._db.admin() as admin:
+        from pgbraid.strategies.vector import store as vector_indexes
 
         vector_indexes.drop_indexes(admin, pid)  # bulk load first, build the HNSW indexes after
     per_doc = 1000
@@ -149,7 +149,7 @@ def ensure_synthetic(client, target: int = 100_000) -> str:
                 " SELECT f.id, %(p)s, (%(vectors)s::vector[])[f.ordinal + 1] FROM f",
                 {"p": pid, "d": doc, "v": version, "n": per_doc, "vectors": list(block)})
     start = time.perf_counter()
-    with client.db.admin() as admin:
+    with client._db.admin() as admin:
         admin.execute("SET maintenance_work_mem = '1GB'")
         vector_indexes.create_indexes(admin, pid, info.dimension)
         admin.execute("ANALYZE pgbraid.embeddings, pgbraid.fragments")

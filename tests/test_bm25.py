@@ -256,14 +256,14 @@ def test_pg_search_gate_and_relational_send_nothing():
             client.search("any", "x", type="fuzzy", params={"threshold": 2})
         with pytest.raises(NotEnabled, match="PGBRAID_AGE"):
             client.search("any", "x", type="graph", params={"seed": "G0016", "engine": "age"})
-        assert client.db._pool is None  # no connection was ever opened
+        assert client._db._pool is None  # no connection was ever opened
 
 
 def test_pg_search_when_installed_and_opted_in(data_dir, server, monkeypatch):
     monkeypatch.setenv("PGBRAID_PGSEARCH", "1")
     with pgbraid.connect(data_dir=data_dir) as client:
         client.pipelines()
-        if "pg_search" not in client.db.extensions:
+        if "pg_search" not in client._db.extensions:
             pytest.skip("pg_search is not installed on this server")
         client.create_pipeline("pdb", embedder="none")
         client.ingest("pdb", [{"id": "1", "text": "metal fabrication services"}])

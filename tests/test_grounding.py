@@ -108,7 +108,7 @@ def test_a_gated_strategy_is_skipped_and_sends_nothing():
         assert result["status"] == "not_found"
         assert result["strategiesTried"] == [{"strategy": "pg_search", "status": "skipped",
                                               "reason": "not opted in (PGBRAID_PGSEARCH=1)"}]
-        assert client.db._pool is None
+        assert client._db._pool is None
 
 
 @pytest.mark.parametrize("kwargs, fragment", [

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import pgbraid
 from pgbraid import Forbidden, InvalidRequest, NotEnabled, NotFound
 from pgbraid.cli import app
+from pgbraid.errors import Conflict
 from pgbraid import sources
 from pgbraid.sources import Source, reading, role_name
 
@@ -39,7 +40,7 @@ def _su(server):
 def migrated(data_dir, server):
     """pgbraid's schema exists (it is created on a client's first use)."""
     with pgbraid.connect(data_dir=data_dir) as client:
-        client.db.open()
+        client.sources()
 
 
 def _table(su, name: str, rows: list[str], schema: str = "public") -> str:
@@ -85,15 +86,15 @@ def traps(server, migrated):
         yield names
 
 
-REFUSED = [  # (schema, table, key, text, create_indexes, error, message fragment)
-    ("pgbraid", "versions", "tenant_id", "body", False, Forbidden, "pgbraid's or PostgreSQL's"),
-    ("pg_catalog", "pg_authid", "oid", "rolname", False, Forbidden, "pgbraid's or PostgreSQL's"),
-    ("information_schema", "tables", "table_name", "table_name", False, Forbidden, "own schema"),
-    ("pgbraid", "classifications", "name", "name", True, Forbidden, "pgbraid's or PostgreSQL's"),
-    ("public", "{view}", "id", "body", False, Forbidden, "is a view"),
-    ("public", "{view}", "id", "body", True, Forbidden, "is a view"),
-    ("public", "{matview}", "id", "body", True, Forbidden, "is a materialized view"),
-    ("public", "{plain_view}", "id", "name", False, Forbidden, "is a view"),
+REFUSED = [  # (schema, table, key, text, create_indexes, message fragment): InvalidRequest
+    ("pgbraid", "versions", "tenant_id", "body", False, "pgbraid's or PostgreSQL's"),
+    ("pg_catalog", "pg_authid", "oid", "rolname", False, "pgbraid's or PostgreSQL's"),
+    ("information_schema", "tables", "table_name", "table_name", False, "own schema"),
+    ("pgbraid", "classifications", "name", "name", True, "pgbraid's or PostgreSQL's"),
+    ("public", "{view}", "id", "body", False, "is a view"),
+    ("public", "{view}", "id", "body", True, "is a view"),
+    ("public", "{matview}", "id", "body", True, "is a materialized view"),
+    ("public", "{plain_view}", "id", "name", False, "is a view"),
 ]
 
 
@@ -104,24 +105,25 @@ def _case(traps, case):
 
 @pytest.mark.parametrize("case", REFUSED, ids=lambda c: f"{c[0]}.{c[1]}{'+indexes' if c[4] else ''}")
 def test_refused_relations_write_nothing(client, superuser, traps, case):
-    schema, table, key, text, indexes, error, fragment = _case(traps, case)
+    schema, table, key, text, indexes, fragment = _case(traps, case)
     before = _footprint(superuser, schema, table)
-    with pytest.raises(error, match=fragment):
+    with pytest.raises(InvalidRequest, match=fragment) as refused:
         client.add_source(f"leak_{_uid()}", table=f"{schema}.{table}", key=key, text=text,
                           create_indexes=indexes)
+    assert refused.type is InvalidRequest
     assert _footprint(superuser, schema, table) == before
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=lambda c: f"{c[0]}.{c[1]}{'+indexes' if c[4] else ''}")
 def test_refused_relations_over_the_cli(env, superuser, traps, case):
-    schema, table, key, text, indexes, _, fragment = _case(traps, case)
+    schema, table, key, text, indexes, fragment = _case(traps, case)
     before = _footprint(superuser, schema, table)
     args = ["source", "add", f"leak_{_uid()}", "--table", f"{schema}.{table}", "--key", key,
             "--text", text, *(["--create-indexes"] if indexes else [])]
     result = runner.invoke(app, [*args, "--json"], env=env)
     assert result.exit_code == 2, result.stdout
     body = json.loads(result.stdout)
-    assert set(body) == {"error"} and body["error"]["code"] == "forbidden"
+    assert set(body) == {"error"} and body["error"]["code"] == "invalid_request"
     assert fragment in body["error"]["message"]
     human = runner.invoke(app, args, env=env)
     assert human.exit_code == 2 and "error:" in human.stdout
@@ -134,7 +136,7 @@ def test_a_table_with_a_child_in_a_reserved_schema_is_refused(client, superuser)
     superuser.execute(sql.SQL("CREATE TEMP TABLE {} () INHERITS ({})").format(
         sql.Identifier(f"{parent}_child"), sql.Identifier(parent)))
     before = _footprint(superuser, "public", parent)
-    with pytest.raises(Forbidden, match="pg_temp.*under public"):
+    with pytest.raises(InvalidRequest, match="pg_temp.*under public"):
         client.add_source(f"inh_{_uid()}", table=parent, key="id", text="name", create_indexes=True)
     assert _footprint(superuser, "public", parent) == before
 
@@ -147,7 +149,7 @@ def test_the_reported_attack_finds_no_secret(env, data_dir, server):
         other.ingest(pipeline, [{"id": "s1", "text": "the vault code is ZEBRA-SECRET-42"}])
     added = runner.invoke(app, ["source", "add", "leak", "--table", "pgbraid.versions", "--key",
                                 "tenant_id", "--text", "body", "--json"], env=env)
-    assert added.exit_code == 2 and json.loads(added.stdout)["error"]["code"] == "forbidden"
+    assert added.exit_code == 2 and json.loads(added.stdout)["error"]["code"] == "invalid_request"
     found = runner.invoke(app, ["source", "search", "leak", "ZEBRA-SECRET-42", "--type",
                                 "fulltext", "--json"], env=env)
     assert found.exit_code == 2 and json.loads(found.stdout)["error"]["code"] == "not_found"
@@ -157,7 +159,7 @@ def test_the_reported_attack_finds_no_secret(env, data_dir, server):
 def test_source_schemas_allow_list(data_dir, server, superuser):
     table = _table(superuser, f"listed_{_uid()}", ["a"])
     with pgbraid.connect(data_dir=data_dir, source_schemas="app, crm") as client:
-        with pytest.raises(Forbidden, match="PGBRAID_SOURCE_SCHEMAS allows"):
+        with pytest.raises(InvalidRequest, match="PGBRAID_SOURCE_SCHEMAS allows"):
             client.add_source(f"l_{_uid()}", table=table, key="id", text="name")
     assert _footprint(superuser, "public", table)[2:] == ([f"{table}_pkey"], 0)
 
@@ -212,7 +214,7 @@ def test_a_table_another_tenant_registered_is_refused(data_dir, superuser, two_t
     _, mine, _ = two_tenants
     before = _footprint(superuser, "public", mine)
     with pgbraid.connect(data_dir=data_dir, tenant=OTHER) as other:
-        with pytest.raises(Forbidden, match="another tenant"):
+        with pytest.raises(Conflict, match="another tenant"):
             other.add_source(f"steal_{_uid()}", table=mine, key="id", text="name",
                              create_indexes=True)
     assert _footprint(superuser, "public", mine) == before
@@ -291,16 +293,16 @@ def test_the_source_role_holds_only_its_tables(client, superuser, probed):
         " (SELECT count(*) FROM pg_auth_members WHERE member = r.oid)"
         " FROM pg_roles r WHERE rolname = %s", (role,)).fetchone()
     assert attributes == (False, False, False, False, 0)
-    with reading(client.db, _loaded(client, name)) as conn:
+    with reading(client._db, _loaded(client, name)) as conn:
         assert conn.execute("SELECT current_user::text, rolsuper FROM pg_roles"
                             " WHERE rolname = current_user").fetchone() == (role, False)
         count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
         assert count.fetchone()[0] == 2
     with pytest.raises(Forbidden):
-        with reading(client.db, _loaded(client, name)) as conn:
+        with reading(client._db, _loaded(client, name)) as conn:
             conn.execute("SELECT body FROM pgbraid.versions LIMIT 1")
     with pytest.raises(Forbidden):
-        with reading(client.db, _loaded(client, name)) as conn:
+        with reading(client._db, _loaded(client, name)) as conn:
             conn.execute("SELECT name FROM pgbraid.entity_sources LIMIT 1")
 
 
@@ -323,6 +325,22 @@ def test_a_revoked_grant_is_forbidden_not_read_as_the_login_role(client, superus
     assert client.search_source(name, "Acme", type="fulltext")
 
 
+def test_a_missing_source_role_is_forbidden_not_read_as_the_login_role(data_dir, superuser):
+    tenant = f"gone-{_uid()}"
+    table = _table(superuser, f"gone_{_uid()}", ["Acme Metal Fabrication"])
+    with pgbraid.connect(data_dir=data_dir, tenant=tenant) as client:
+        client.add_source("gone", table=table, key="id", text="name")
+        role = sql.Identifier(role_name(tenant))
+        superuser.execute(sql.SQL("DROP OWNED BY {}").format(role))
+        superuser.execute(sql.SQL("DROP ROLE {}").format(role))
+        with pytest.raises(Forbidden, match="cannot be read"):
+            client.search_source("gone", "Acme", type="fulltext")
+        with pytest.raises(Forbidden, match="cannot be read"):
+            client.ground("gone", "Acme Metal Fabrication")
+        with pytest.raises(Forbidden, match="cannot be read"):
+            client.source("gone")
+
+
 def test_a_source_role_with_extra_rights_is_refused(data_dir, superuser):
     tenant = f"odd-{_uid()}"
     table = _table(superuser, f"odd_{_uid()}", ["a"])
@@ -330,7 +348,7 @@ def test_a_source_role_with_extra_rights_is_refused(data_dir, superuser):
         sql.Identifier(role_name(tenant))))
     try:
         with pgbraid.connect(data_dir=data_dir, tenant=tenant) as client:
-            with pytest.raises(Forbidden, match="more rights"):
+            with pytest.raises(NotEnabled, match="more rights"):
                 client.add_source("odd", table=table, key="id", text="name")
             assert client.sources() == []
     finally:

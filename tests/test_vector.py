@@ -15,7 +15,7 @@ import pgbraid
 from pgbraid import BackendUnavailable, InvalidRequest, NotEnabled
 from pgbraid.embedders import minilm
 from pgbraid.embedders.server import make_server
-from pgbraid.vectors import DISTANCES
+from pgbraid.strategies.vector import DISTANCES
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
 DIM = 384
@@ -47,6 +47,35 @@ def test_paraphrases_are_closer_than_unrelated_sentences(model):
     paraphrase, unrelated = model.embed_documents(
         ["Steps to change the password of the database user.", "The cat sat on the mat."])
     assert query @ paraphrase > 0.5 > query @ unrelated
+
+
+def test_a_query_does_not_wait_behind_an_ingestion_batch(model):
+    text = "How do I rotate the database credentials?"
+    embedded: list[np.ndarray] = []
+    with model._lock:  # what an ingestion batch holds while it runs
+        worker = threading.Thread(target=lambda: embedded.append(model.embed_query(text)))
+        worker.start()
+        worker.join(30)
+        assert embedded, "embed_query waited for the document session's lock"
+    (document,) = model.embed_documents([text])
+    assert float(embedded[0] @ document) > 0.9999  # the same model, another session
+
+
+def test_concurrent_first_loads_make_one_embedder():
+    pgbraid.embedders.get.cache_clear()
+    loaded: list = []
+    start = threading.Barrier(4)
+
+    def load() -> None:
+        start.wait()
+        loaded.append(pgbraid.embedders.get("minilm"))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(loaded) == 4 and len({id(m) for m in loaded}) == 1
 
 
 def test_a_model_file_with_the_wrong_hash_is_refused(monkeypatch):

@@ -5,9 +5,10 @@ from .errors import (BackendTimeout, BackendUnavailable, Forbidden, InvalidReque
                      NotFound, PgbraidError)
 from .ingest.readers import FieldMap
 from .models import Hit, SearchRequest, SearchResponse, Trace, TraceEntry
+from .scope import Principal
 
 __all__ = [
     "BackendTimeout", "BackendUnavailable", "Client", "FieldMap", "Forbidden", "Hit",
-    "InvalidRequest", "NotEnabled", "NotFound", "PgbraidError", "SearchRequest", "SearchResponse",
+    "InvalidRequest", "NotEnabled", "NotFound", "PgbraidError", "Principal", "SearchRequest", "SearchResponse",
     "Trace", "TraceEntry", "connect",
 ]

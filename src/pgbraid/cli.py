@@ -1,8 +1,9 @@
 """The ``pgbraid`` command line: the same engine as Python and HTTP.
 
 ``--json`` on a read command prints exactly the HTTP response body; errors print
-the one error shape (``{"error": {...}}``) and exit with code 2 for bad input,
-3 when PostgreSQL is unavailable or timed out.
+the one error shape (``{"error": {...}}``) and exit with the code errors.ERRORS
+gives (2 bad input, 3 PostgreSQL unavailable or timed out, 70 internal...);
+1 means an ingestion finished with failed documents.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import click
 import typer
+from rich.markup import escape
 
-from .client import Client, connect
-from .config import Settings
+from .client import Client, connect, load_settings
 from .db.server import EmbeddedServer
-from .errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
+from .errors import (BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, describe,
+                     error_body)
 from .ingest.readers import FieldMap
 from .output import console, show_mapping, show_pipelines, show_search
 
@@ -33,20 +36,28 @@ JsonOpt = typer.Option(False, "--json", help="Print the HTTP API's JSON body.")
 
 
 def emit(body: Any) -> None:
-    sys.stdout.write(json.dumps(body, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    try:
+        sys.stdout.write(text + "\n")
+    except UnicodeEncodeError:  # a lone surrogate (say, from a file name): escape it
+        sys.stdout.write(json.dumps(body, default=str) + "\n")
     sys.stdout.flush()
 
 
 @contextmanager
 def handled(as_json: bool) -> Iterator[None]:
+    """Show any error in the one shape and exit with its code from the error table."""
     try:
         yield
-    except PgbraidError as exc:
+    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except Exception as exc:
+        error = describe(exc)
         if as_json:
-            emit(error_body(exc))
+            emit(error.body())
         else:
-            console.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
-        raise typer.Exit(3 if isinstance(exc, (BackendUnavailable, BackendTimeout)) else 2)
+            console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
+        raise typer.Exit(error.exit) from None
 
 
 def parse_json_option(value: str | None, name: str) -> Any:
@@ -56,12 +67,16 @@ def parse_json_option(value: str | None, name: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"--{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        limit = load_settings().filter_max_depth
+        raise InvalidRequest(f"{'filter' if name == 'filter' else '--' + name} nests deeper "
+                             f"than {limit} levels", field=name) from None
 
 
 # -- server -------------------------------------------------------------------
 
 def _server() -> EmbeddedServer:
-    settings = Settings()
+    settings = load_settings()
     if settings.dsn:
         raise InvalidRequest("PGBRAID_DSN is set: pgbraid uses that server and starts none")
     return EmbeddedServer(settings.resolved_data_dir())
@@ -202,8 +217,8 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
             return
         if query is None:
             raise InvalidRequest("give a QUERY or --queries FILE")
-        response = client.engine.search(
-            pipeline, _request(query, type_, k, classification, filter_, params, group_by, distance))
+        response = client.search(
+            pipeline, **_request(query, type_, k, classification, filter_, params, group_by, distance))
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
 
@@ -214,8 +229,8 @@ def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
 
     for qid, text, _ in read_queries(path):
         try:
-            response = client.engine.search(
-                pipeline, _request(text, type_, k, classification, filter_, params, group_by, distance))
+            response = client.search(
+                pipeline, **_request(text, type_, k, classification, filter_, params, group_by, distance))
             emit({**response.model_dump(mode="json"), "id": qid})
         except (BackendUnavailable, BackendTimeout):
             raise
@@ -238,8 +253,8 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
         for qid, text, _ in read_queries(queries):
             if qid not in judgments:
                 continue
-            response = client.engine.search(
-                pipeline, _request(text, type_, depth, None, None, params, "document"))
+            response = client.search(
+                pipeline, **_request(text, type_, depth, None, None, params, "document"))
             run[qid] = {hit.document_id: float(depth - hit.rank + 1) for hit in response.hits}
         result = {"pipeline": pipeline, "type": type_, "queries": len(run), **score(judgments, run)}
         emit(result) if as_json else show_mapping("evaluation", result)
@@ -249,14 +264,15 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
 
 @app.command()
 def document(pipeline: str, document_id: str, version: Optional[int] = None,
+             as_of: Optional[str] = typer.Option(None, help="ISO-8601 time (no offset: UTC)."),
              classification: Optional[str] = None, history: bool = typer.Option(False, help="List versions."),
              as_json: bool = JsonOpt) -> None:
-    """Read a document by id: current, --version N, or --history."""
+    """Read a document by id: current, --version N, --as-of TIME, or --history."""
     with handled(as_json), connect() as client:
         if history:
             body: Any = client.versions(pipeline, document_id)
         else:
-            body = client.document(pipeline, document_id, version=version,
+            body = client.document(pipeline, document_id, version=version, as_of=as_of,
                                    classification=classification)
         if as_json:
             emit(body)

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from . import documents, embedders, graph, grounding, pipelines, sources, vectors
+from pydantic import ValidationError
+
+from . import documents, embedders, grounding, pipelines, sources
+from .strategies.graph import store as graph
+from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
-from .ingest.writer import IngestReport, ingest
-from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
-from .scope import CLOSE_CLASSIFICATIONS, resolve_classifications
+from .ingest.writer import IngestReport, delete_document, ingest
+from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
+                     parse_classifications, parse_version, printable, shown,
+                     validate_document_id, validate_name)
+from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
@@ -23,48 +30,73 @@ ANALYZE_AFTER = 1_000
 
 
 class Client:
-    """A tenant's handle on pgbraid: pipelines, ingestion, search, document reads."""
+    """A principal's handle on pgbraid: pipelines, ingestion, search, document reads.
 
-    def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None) -> None:
-        self.db = db
+    Every call acts as ``principal`` (by default the local process, its tenant's
+    admin: it holds the database's credentials anyway). There is no superuser
+    handle: migrations and server management keep their own narrow paths.
+    """
+
+    def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
+                 principal: Principal | None = None) -> None:
+        self._db = db
         self.settings = settings
         self.server = server
-        self.tenant = validate_name("tenant", settings.tenant)
+        self.principal = principal or Principal.local(validate_name("tenant", settings.tenant))
+        validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
+        self._engine_lock = threading.Lock()
+
+    @property
+    def tenant(self) -> str:
+        return self.principal.tenant
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            cache_bytes = self.settings.postings_cache_mb * 1024 * 1024
-            context = Context(pgsearch=self.settings.pgsearch, age=self.settings.age,
-                              embedder=self.embedder,
-                              postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
-                              languages=QueryLanguages())
-            self._engine = Engine(self.db, tenant=self.tenant, context=context,
-                                  max_query_chars=self.settings.max_query_chars,
-                                  max_k=self.settings.max_k)
+            with self._engine_lock:  # one engine (and one postings cache) per client
+                if self._engine is None:
+                    self._engine = self._make_engine()
         return self._engine
 
+    def _make_engine(self) -> Engine:
+        s = self.settings
+        cache_bytes = s.postings_cache_mb * 1024 * 1024
+        limits = FilterLimits(depth=s.filter_max_depth, conditions=s.filter_max_conditions,
+                              value_bytes=s.filter_max_value_bytes, total_bytes=s.filter_max_bytes)
+        context = Context(pgsearch=s.pgsearch, age=s.age, embedder=self.embedder,
+                          postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
+                          languages=QueryLanguages(), filter_limits=limits)
+        return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
+                      max_k=s.max_k)
+
     def session(self):
-        return self.db.session(self.tenant)
+        """A read-write transaction under the tenant's row-level security (the
+        tenant's admin only: it bypasses classifications)."""
+        self.principal.require_tenant_admin("a raw session")
+        return self._session()
+
+    def _session(self):
+        return self._db.session(self.tenant)
 
     # -- pipelines ------------------------------------------------------------
 
     def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
         """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+        self.principal.require_tenant_admin("creating a pipeline")
         chosen = embedders.validate_name(embedder)
         dimension = None
         if chosen:
-            self.db.open()
-            if "vector" not in self.db.extensions:
+            self._db.open()
+            if "vector" not in self._db.extensions:
                 raise NotEnabled("pgvector is not installed on this server: create the pipeline "
                                  "with embedder 'none'", strategy="similarity")
             dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
-        with self.session() as conn:
+        with self._session() as conn:
             pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
         if chosen:
             try:
-                with self.db.admin() as conn:  # index DDL needs the table owner
+                with self._db.admin() as conn:  # index DDL needs the table owner
                     vectors.create_indexes(conn, pipeline.id, dimension)
             except Exception:
                 self.delete_pipeline(name)
@@ -72,11 +104,12 @@ class Client:
         return self.pipeline(name)
 
     def delete_pipeline(self, name: str) -> None:
-        with self.session() as conn:
+        self.principal.require(name, "admin")
+        with self._session() as conn:
             pipeline = pipelines.get(conn, name)
             pipelines.delete(conn, name)
         if pipeline.embedder:
-            with self.db.admin() as conn:
+            with self._db.admin() as conn:
                 vectors.drop_indexes(conn, pipeline.id)
 
     def embedder(self, name: str) -> embedders.Embedder:
@@ -88,18 +121,17 @@ class Client:
         return embedders.get(name)
 
     def pipelines(self) -> list[PipelineInfo]:
-        with self.session() as conn:
-            return [pipelines.info(conn, p) for p in pipelines.list_all(conn)]
+        return self.engine.pipelines(self.principal)
 
     def pipeline(self, name: str) -> PipelineInfo:
-        with self.session() as conn:
-            return pipelines.info(conn, pipelines.get(conn, name))
+        return self.engine.pipeline(self.principal, name)
 
     def define_classification(self, name: str, implies: Iterable[str] = ()) -> None:
         """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal)."""
+        self.principal.require_tenant_admin("defining a classification")
         (name,) = parse_classifications([name])
         implied = list(parse_classifications(list(implies))) if implies else []
-        with self.session() as conn:
+        with self._session() as conn:
             # One definition at a time per tenant, so each recomputation of the
             # closures sees every definition committed before it.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgbraid.classifications'),"
@@ -116,17 +148,25 @@ class Client:
                fields: FieldMap = FieldMap(), on_error: Literal["continue", "stop"] = "continue",
                progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
-        with self.session() as conn:
+        self.principal.require(pipeline, "write")
+        with self._session() as conn:
             target = pipelines.get(conn, pipeline)
         embedder = self.embedder(target.embedder) if target.embedder else None
-        report = ingest(self.session, target, _items(source, fields), embedder=embedder,
+        report = ingest(self._session, target, _items(source, fields), embedder=embedder,
                         on_error=on_error, progress=progress)
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
-            with self.db.admin() as conn:
+            with self._db.admin() as conn:
                 conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
                              " pgbraid.bm25_postings")
         return report
+
+    def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Expire a document's current version; its history stays readable."""
+        self.principal.require(pipeline, "write")
+        with self._session() as conn:
+            version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
+        return {"document_id": document_id, "expired_version": version}
 
     # -- reads ----------------------------------------------------------------
 
@@ -134,37 +174,44 @@ class Client:
         body = dict(request)
         if query is not None:
             body["query"] = query
-        return self.engine.search(pipeline, body)
+        return self.engine.search(self.principal, pipeline, body)
 
     def document(self, pipeline: str, document_id: str, *, version: int | None = None,
-                 as_of=None, classification: Any = None) -> dict[str, Any]:
-        held = parse_classifications(classification)
-        with self.session() as conn:
-            target = pipelines.get(conn, pipeline)
-            return documents.read(conn, target, document_id, version=version, as_of=as_of,
-                                  classifications=resolve_classifications(conn, held))
+                 as_of: Any = None, classification: Any = None) -> dict[str, Any]:
+        """One version of a document: current, ``version`` N (an int from 1), or the one
+        valid at ``as_of`` (a datetime or an ISO-8601 string; without an offset, UTC)."""
+        validate_name("pipeline", pipeline)
+        validate_document_id(document_id)
+        version, as_of = parse_version(version), parse_as_of(as_of)
+        return self.engine.document(self.principal, pipeline, document_id, version=version,
+                                    as_of=as_of, classification=classification)
 
-    def versions(self, pipeline: str, document_id: str) -> list[dict[str, Any]]:
-        with self.session() as conn:
-            return documents.versions(conn, pipelines.get(conn, pipeline), document_id)
+    def versions(self, pipeline: str, document_id: str, *,
+                 classification: Any = None) -> list[dict[str, Any]]:
+        validate_name("pipeline", pipeline)
+        validate_document_id(document_id)
+        return self.engine.versions(self.principal, pipeline, document_id,
+                                    classification=classification)
 
     # -- graph ----------------------------------------------------------------------
 
     def load_graph(self, pipeline: str, *, vertices: Path | str | None = None,
                    edges: Path | str | None = None) -> dict[str, int]:
         """Load vertex and edge files (JSONL or TSV), all or nothing."""
+        self.principal.require(pipeline, "write")
         data = graph.GraphLoad()
         if vertices:
             graph.read_vertices(Path(vertices), data)
         if edges:
             graph.read_edges(Path(edges), data)
-        with self.session() as conn:
+        with self._session() as conn:
             return graph.load(conn, pipelines.get(conn, pipeline).id, data)
 
     def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
                            edges: list[tuple] = ()) -> dict[str, int]:
         """Load in-memory vertices (type, key, label, documents) and edges
         (src_type, src, type, dst_type, dst[, weight])."""
+        self.principal.require(pipeline, "write")
         data = graph.GraphLoad(vertices=[(t, str(k), l, list(d)) for t, k, l, d in vertices])
         for n, edge in enumerate(edges, start=1):
             weight = float(edge[5]) if len(edge) > 5 else 1.0
@@ -172,15 +219,17 @@ class Client:
                 data.errors.append(f"record {n}: self-loop on {edge[0]}:{edge[1]}")
             data.edges.append((edge[0], str(edge[1]), edge[2], edge[3], str(edge[4]), weight, True,
                                f"record {n}"))
-        with self.session() as conn:
+        with self._session() as conn:
             return graph.load(conn, pipelines.get(conn, pipeline).id, data)
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
-        with self.session() as conn:
+        self.principal.require(pipeline, "write")
+        with self._session() as conn:
             graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
 
     def graph_summary(self, pipeline: str) -> dict[str, Any]:
-        with self.session() as conn:
+        self.principal.require(pipeline, "read")
+        with self._session() as conn:
             return graph.summary(conn, pipelines.get(conn, pipeline).id)
 
     # -- entity sources and grounding ----------------------------------------------
@@ -190,60 +239,68 @@ class Client:
                    create_indexes: bool = False) -> dict[str, Any]:
         """Register a table of your own as an entity source (checked against the catalog), and
         grant the tenant's source role SELECT on it: all or nothing."""
+        self.principal.require_tenant_admin("registering an entity source")
         text = [text] if isinstance(text, str) else list(text)
         scope = [scope] if isinstance(scope, str) else list(scope)
         allowed = sources.allowed_schemas(self.settings.source_schemas)
-        with self.session() as conn:
+        with self._session() as conn:
             source = sources.check(conn, self.tenant, name, table=table, key=key, text=text,
                                    scope=scope, schema=schema, language=language, allowed=allowed)
             sources.add(conn, source)
             # Inside the session: if the grant or an index fails, the registration rolls back.
-            with self.db.admin() as admin:
+            with self._db.admin() as admin:
                 sources.provision(admin, source, indexes=create_indexes, allowed=allowed)
         return self.source(name)
 
     def remove_source(self, name: str) -> None:
         """Unregister a source: drop its indexes, revoke the grants no other source needs."""
-        with self.session() as conn:
+        self.principal.require_tenant_admin("removing an entity source")
+        validate_name("entity source", name)
+        with self._session() as conn:
             retired = sources.remove(conn, name)
-            with self.db.admin() as admin:
+            with self._db.admin() as admin:
                 sources.retire(admin, retired)
 
     def source(self, name: str) -> dict[str, Any]:
-        with self.session() as conn:
+        validate_name("entity source", name)
+        with self._session() as conn:
             source = sources.get(conn, name)
-        with sources.reading(self.db, source) as conn:
+        with sources.reading(self._db, source) as conn:
             missing = sources.missing_indexes(conn, source)
         return {**source.as_dict(), "missing_indexes": missing}
 
     def sources(self) -> list[dict[str, Any]]:
-        with self.session() as conn:
+        with self._session() as conn:
             return [s.as_dict() for s in sources.list_all(conn)]
 
     def search_source(self, name: str, query: str, *, type: str = "fuzzy",
                       scope: dict[str, Any] | None = None, k: int = 10) -> list[dict[str, Any]]:
         """fuzzy, fulltext, bm25 (or exact) over an entity source's text within scope values."""
+        self.principal.require(ANY_PIPELINE, "read", "execute")
         if type not in grounding.TEMPLATES:
             raise InvalidRequest(f"type must be one of {', '.join(grounding.TEMPLATES)}", field="type")
-        if not isinstance(k, int) or not 1 <= k <= self.settings.max_k:
-            raise InvalidRequest(f"k must be from 1 to {self.settings.max_k}", field="k")
-        with self.session() as conn:
+        number({"k": k}, "k", 10, 1, self.settings.max_k, integer=True, label="k")
+        _check_lookup(name, query, scope)
+        with self._session() as conn:
             source = sources.get(conn, name)
-        with sources.reading(self.db, source) as conn:
+        with sources.reading(self._db, source) as conn:
             return grounding.candidates(conn, source, type, query, scope or {}, limit=k)
 
     def ground(self, entity: str, value: str, *, scope: dict[str, Any] | None = None,
                strategies: list[str] | None = None) -> dict[str, Any]:
         """Resolve value to one entity: resolved, clarification_needed or not_found."""
+        self.principal.require(ANY_PIPELINE, "read", "execute")
+        _check_lookup(entity, value, scope)
+
         def load():
-            with self.session() as conn:
+            with self._session() as conn:
                 source = sources.get(conn, entity)
-            return source, lambda: sources.reading(self.db, source)
+            return source, lambda: sources.reading(self._db, source)
         return grounding.ground(load, entity, value, scope=scope, strategies=strategies,
                                 gates=grounding.Gates(pgsearch=self.settings.pgsearch))
 
     def close(self) -> None:
-        self.db.close()
+        self._db.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -252,14 +309,25 @@ class Client:
         self.close()
 
 
+def _check_lookup(entity: str, value: Any, scope: dict[str, Any] | None) -> None:
+    """An entity source lookup's name, value and scope values, before any statement."""
+    validate_name("entity source", entity)
+    if isinstance(value, str):
+        check_text(value, "the value", "value")
+    for column, wanted in (scope or {}).items():
+        if isinstance(wanted, str):
+            check_text(wanted, f"scope value of {printable(str(column), 40)}", "scope")
+
+
 def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument | ReadError]:
     paths: list[Path] = []
     for item in source:
         if isinstance(item, dict):
+            where = f"record {shown(item.get(fields.id))}"
             try:
-                yield document_from_record(item, fields, source=f"record {item.get(fields.id)!r}")
+                yield document_from_record(item, fields, source=where)
             except InvalidRequest as exc:  # reported per record, not raised
-                yield ReadError(f"record {item.get(fields.id)!r}", exc.message)
+                yield ReadError(where, exc.message)
         else:
             paths.append(Path(item))
     if paths:
@@ -267,16 +335,33 @@ def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument |
 
 
 def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,
-            tenant: str | None = None, **overrides: Any) -> Client:
-    """Connect to ``dsn`` / ``PGBRAID_DSN``, or start (or attach to) the embedded server."""
+            tenant: str | None = None, principal: Principal | None = None,
+            **overrides: Any) -> Client:
+    """Connect to ``dsn`` / ``PGBRAID_DSN``, or start (or attach to) the embedded server.
+
+    The client acts as ``principal``; by default the local process, admin of
+    ``tenant`` (``PGBRAID_TENANT``, default ``default``)."""
+    if principal is not None:
+        tenant = principal.tenant
     values = {k: v for k, v in {"dsn": dsn, "data_dir": data_dir, "tenant": tenant,
                                 **overrides}.items() if v is not None}
-    settings = Settings(**values)
+    settings = load_settings(**values)
     server = None
     if settings.dsn:
         target = settings.dsn
     else:
         server = EmbeddedServer(settings.resolved_data_dir())
         target = server.start().dsn
-    db = Database(target, statement_timeout_ms=settings.statement_timeout_ms)
-    return Client(db, settings, server)
+    db = Database(target, statement_timeout_ms=settings.statement_timeout_ms,
+                  max_size=settings.pool_size, timeout=settings.pool_timeout)
+    return Client(db, settings, server, principal)
+
+
+def load_settings(**values: Any) -> Settings:
+    """Settings from the environment and ``values``; a bad one is InvalidRequest, by name."""
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "PGBRAID_" + str(err["loc"][0]).upper() if err["loc"] else "a setting"
+        raise InvalidRequest(f"invalid setting {name}: {err['msg']}", setting=name) from None

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import platformdirs
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -42,6 +43,18 @@ class Settings(BaseSettings):
     """Comma-separated schemas entity sources may come from (empty: any schema but pgbraid's,
     information_schema and pg_*, which are always refused)."""
     """Memory for cached BM25 posting arrays per client process (0: read them every query)."""
+    pool_size: int = Field(16, ge=1, le=1000)
+    """Connections per client process. A hybrid search holds one per leg (up to 4) plus one
+    for its snapshot: 16 lets three run at once with one left for ingestion or admin."""
+    pool_timeout: float = Field(10.0, gt=0, le=600)
+    """Seconds to wait for a pooled connection (and to first connect) before
+    BackendUnavailable."""
+    filter_max_depth: int = Field(8, ge=1, le=32)
+    filter_max_conditions: int = Field(64, ge=1, le=1024)
+    filter_max_value_bytes: int = Field(1024, ge=16, le=1 << 20)
+    """UTF-8 bytes of any one string in a filter."""
+    filter_max_bytes: int = Field(65_536, ge=256, le=16 << 20)
+    """About a filter's size as JSON."""
 
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or default_data_dir()).expanduser().resolve()

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .errors import InvalidRequest, NotFound
+from .models import parse_as_of, parse_version, shown, validate_document_id
 from .pipelines import Pipeline
 
 _VERSION = """
@@ -24,8 +25,10 @@ WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
 
 def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
          classifications: tuple[str, ...], version: int | None = None,
-         as_of: datetime | None = None) -> dict[str, Any]:
+         as_of: datetime | str | None = None) -> dict[str, Any]:
     """One version of a document: the current one, a numbered one, or the one valid at as_of."""
+    validate_document_id(document_id)
+    version, as_of = parse_version(version), parse_as_of(as_of)
     if version is not None and as_of is not None:
         raise InvalidRequest("give either version or as_of, not both")
     params: dict[str, Any] = {"pipeline": pipeline.id, "id": document_id,
@@ -40,23 +43,29 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_VERSION + condition, params).fetchone()
     if row is None:
-        raise NotFound(f"document {document_id!r} has no such version visible to this caller",
+        raise NotFound(f"document {shown(document_id)} has no version visible to this caller",
                        document_id=document_id)
     for key in ("valid_from", "valid_to"):
         row[key] = row[key].isoformat() if row[key] else None
     return row
 
 
-def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str) -> list[dict[str, Any]]:
+def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
+             classifications: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The versions the classifications may see; a document with none is "not found",
+    exactly like one that does not exist."""
+    validate_document_id(document_id)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT v.version, v.valid_from, v.valid_to, v.content_hash,"
             " (v.version = d.current_version) AS current"
             " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id"
-            " WHERE d.pipeline_id = %s AND d.external_id = %s ORDER BY v.version",
-            (pipeline.id, document_id)).fetchall()
+            " WHERE d.pipeline_id = %s AND d.external_id = %s AND v.classifications && %s::text[]"
+            " ORDER BY v.version",
+            (pipeline.id, document_id, list(classifications))).fetchall()
     if not rows:
-        raise NotFound(f"document {document_id!r} does not exist", document_id=document_id)
+        raise NotFound(f"document {shown(document_id)} has no version visible to this caller",
+                       document_id=document_id)
     for row in rows:
         for key in ("valid_from", "valid_to"):
             row[key] = row[key].isoformat() if row[key] else None

@@ -1,98 +1,291 @@
-"""Runs a strategy under a scope and builds the response with its trace."""
+"""The engine: runs every read a principal asks for, under one scope and one snapshot.
+
+A search is a plan (planner.py): one strategy, or the legs of ``hybrid`` /
+``auto``. The engine checks the principal (read + execute on the pipeline,
+classifications it may hold), opens one read-only REPEATABLE READ snapshot,
+looks up the pipeline and resolves the classifications, builds the ``Scope``,
+runs the legs (further legs on sessions of their own that import the same
+snapshot, or in turn on the main session when the pool has none free), and
+turns rows into hits and the trace in one place. Document reads and version
+listings run the same way.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from . import hybrid, pipelines, strategies
-from .db.database import Database
-from .errors import NotEnabled
-from .models import Hit, SearchRequest, SearchResponse, Trace, TraceEntry, parse_search_request
-from .scope import Scope, validate_filters
-from .strategies.base import Context, Outcome, Row, Strategy
+from . import documents, pipelines, planner, strategies
+from .db.database import Database, Snapshot
+from .errors import Forbidden, NotEnabled, PgbraidError
+from .fusion import Fused, fuse, promote
+from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
+                     StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
+from .pipelines import Pipeline
+from .scope import Principal, Scope, resolve_classifications, validate_filters
+from .strategies.base import Context, Outcome, Row
 
 GROUP_OVERFETCH = 4
 MAX_GROUP_DEPTH = 20_000
+TOP_TRACED = 5
+MAX_PARALLEL_LEGS = 4
+
+
+@dataclasses.dataclass
+class Leg:
+    """A planned leg being run: what it ran and what it found."""
+
+    plan: planner.Leg
+    request: SearchRequest
+    entry: TraceEntry | None = None
+    rows: list[Row] = dataclasses.field(default_factory=list)
 
 
 class Engine:
-    def __init__(self, db: Database, *, tenant: str, context: Context, max_query_chars: int,
+    def __init__(self, db: Database, *, context: Context, max_query_chars: int,
                  max_k: int) -> None:
         self.db = db
-        self.tenant = tenant
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
+        self._pgsearch_ready = False
+
+    # -- requests -------------------------------------------------------------------
 
     def parse(self, body: dict[str, Any] | SearchRequest) -> SearchRequest:
         """Validate everything that needs no database: shape, params, filters, opt-in gates."""
         if isinstance(body, SearchRequest):
-            body = body.model_dump()
+            body = body.model_dump(exclude_unset=True)
         request = parse_search_request(body, max_query_chars=self.max_query_chars, max_k=self.max_k)
-        if request.type in hybrid.TYPES:
-            hybrid.validate(request, self)
-        else:
-            strategies.get(request.type).validate(request, self.context)
-        validate_filters(request.filters)
+        planner.validate(request, self.context)
+        validate_filters(request.filters, self.context.filter_limits)
         return request
 
     def context_with_extensions(self) -> Context:
         self.db.open()
+        if self.context.pgsearch and "pg_search" in self.db.extensions and not self._pgsearch_ready:
+            from .strategies.pgsearch import ensure_index
+
+            with self.db.admin() as owner:  # searches run read-only: the index comes first
+                ensure_index(owner)
+            self._pgsearch_ready = True
         return dataclasses.replace(self.context, extensions=self.db.extensions)
 
-    def search(self, pipeline_name: str, body: dict[str, Any] | SearchRequest) -> SearchResponse:
-        request = self.parse(body)
-        if request.type in hybrid.TYPES:
-            return hybrid.search(self, pipeline_name, request)
-        strategy = strategies.get(request.type)
-        if not strategy.touches_database:
-            return self._respond(pipeline_name, request, strategy, strategy.run(
-                None, None, request, None, request.k, self.context), [], 0.0, time.perf_counter())
-        with self.db.session(self.tenant) as conn:
-            return self._search(conn, pipeline_name, request, strategy)
+    # -- search -------------------------------------------------------------------
 
-    def _search(self, conn: psycopg.Connection, pipeline_name: str, request: SearchRequest,
-                strategy: Strategy) -> SearchResponse:
+    def search(self, principal: Principal, pipeline_name: str,
+               body: dict[str, Any] | SearchRequest) -> SearchResponse:
+        request = self.parse(body)
+        principal.require(pipeline_name, "read", "execute")
         started = time.perf_counter()
+        plan = planner.for_request(request)
+        if not any(strategies.get(leg.strategy).touches_database for leg in plan.legs):
+            legs = [Leg(leg, request) for leg in plan.legs]
+            for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
+                self._run_leg(None, leg, None, None, self.context)
+            return self._respond(pipeline_name, request, plan, legs, started)
         context = self.context_with_extensions()
-        pipeline, held = pipelines.get_resolving(conn, pipeline_name, request.classification)
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
+                                           request.classification)
+            request = request.model_copy(update={"classification": held})
+            scope = Scope(pipeline.id, held, request.filters)
+            if plan.fused:
+                plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
+                legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
+            else:
+                legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
+                                         context)]
+        return self._respond(pipeline.name, request, plan, legs, started)
+
+    def _resolve(self, conn: psycopg.Connection, principal: Principal, name: str,
+                 asked: tuple[str, ...] | None) -> tuple[Pipeline, tuple[str, ...]]:
+        """The pipeline and the classifications the request holds, resolved through
+        their hierarchy; asking for more than the principal may hold is Forbidden."""
+        asked = asked or principal.default_classifications
+        pipeline, held, bound = pipelines.get_resolving(conn, name, asked,
+                                                        principal.classifications)
+        if bound is not None:
+            beyond = sorted(set(asked) - set(bound) - {DEFAULT_CLASSIFICATION})
+            if beyond:
+                raise Forbidden(f"this principal may not hold {', '.join(beyond)}",
+                                classification=beyond)
+        return pipeline, held
+
+    def _run_single(self, conn: psycopg.Connection, planned: planner.Leg, pipeline: Pipeline,
+                    request: SearchRequest, scope: Scope, context: Context) -> Leg:
+        """One strategy named by the caller: unavailable is an error, not a skip."""
+        strategy = strategies.get(planned.strategy)
         reason = strategy.unavailable(pipeline, context)
         if reason:
             raise NotEnabled(f"{strategy.name} is not enabled: {reason}", strategy=strategy.name)
-        scope = Scope(pipeline.id, held, request.filters)
-        ran = time.perf_counter()
-        outcome, rows = self._run(conn, strategy, pipeline, request, scope, context)
-        ms = (time.perf_counter() - ran) * 1000
-        return self._respond(pipeline.name, request, strategy, outcome, rows, ms, started)
+        leg = Leg(planned, request)
+        began = time.perf_counter()
+        outcome, leg.rows = _deepen(conn, strategy, pipeline, request, scope, context)
+        leg.entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(leg.rows),
+                               ms=_ms(began), details=outcome.details)
+        return leg
 
-    def _respond(self, pipeline: str, request: SearchRequest, strategy: Strategy, outcome: Outcome,
-                 rows: list[Row], ms: float, started: float) -> SearchResponse:
-        entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(rows),
-                           ms=round(ms, 3), details=outcome.details)
-        return SearchResponse(
-            pipeline=pipeline, query=request.query, type=request.type,
-            hits=tuple(_hit(row, rank) for rank, row in enumerate(rows, start=1)),
-            trace=Trace(retrievers=(entry,), ms=round((time.perf_counter() - started) * 1000, 3)))
+    def _run_fused(self, snapshot: Snapshot, plan: planner.Plan, pipeline: Pipeline,
+                   request: SearchRequest, scope: Scope, context: Context) -> list[Leg]:
+        """The legs of a fused plan: the first on the main session, the others on
+        sessions importing the snapshot (or after it on the main session)."""
+        legs = [Leg(p, planner.leg_request(request, p)) for p in plan.legs]
+        runnable = []
+        for leg in legs:
+            reason = strategies.get(leg.plan.strategy).unavailable(pipeline, context)
+            if reason:
+                leg.entry = TraceEntry(retriever=leg.plan.strategy, status="skipped", reason=reason)
+            else:
+                runnable.append(leg)
+        if not runnable:
+            return legs
+        later: list[Leg] = []
+        if len(runnable) > 1:
+            snapshot.export()
 
-    def _run(self, conn, strategy, pipeline, request, scope, context) -> tuple[Outcome, list[Row]]:
-        """Run the strategy; grouped by document, deepen until k documents or exhaustion."""
-        k = request.k
-        if k == 0:
-            return Outcome([]), []
-        if request.group_by != "document":
-            outcome = strategy.run(conn, pipeline, request, scope, k, context)
-            return outcome, outcome.rows[:k]
-        depth = k * GROUP_OVERFETCH
-        while True:
-            outcome = strategy.run(conn, pipeline, request, scope, depth, context)
-            rows = _group(outcome.rows, k)
-            if len(rows) >= k or len(outcome.rows) < depth or depth >= MAX_GROUP_DEPTH:
-                return outcome, rows
-            depth = min(depth * GROUP_OVERFETCH, MAX_GROUP_DEPTH)
+            def on_own_session(leg: Leg) -> None:
+                with snapshot.leg() as conn:
+                    if conn is None:
+                        later.append(leg)
+                    else:
+                        self._run_leg(conn, leg, pipeline, scope, context)
+
+            with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_LEGS, len(runnable) - 1),
+                                    thread_name_prefix="pgbraid-leg") as pool:
+                futures = [pool.submit(on_own_session, leg) for leg in runnable[1:]]
+                self._run_leg(snapshot.conn, runnable[0], pipeline, scope, context, savepoint=True)
+                for future in futures:
+                    future.result()
+        else:
+            later = runnable
+        for leg in later:
+            self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
+        return legs
+
+    def _run_leg(self, conn: psycopg.Connection | None, leg: Leg, pipeline: Pipeline | None,
+                 scope: Scope | None, context: Context, *, savepoint: bool = False) -> None:
+        """Run one fused leg; an error becomes a ``failed`` trace entry."""
+        strategy = strategies.get(leg.plan.strategy)
+        began = time.perf_counter()
+        try:
+            if savepoint:
+                with conn.transaction():  # a failing leg must not abort the others' snapshot
+                    outcome = strategy.run(conn, pipeline, leg.request, scope, leg.request.k,
+                                           context)
+            else:
+                outcome = strategy.run(conn, pipeline, leg.request, scope, leg.request.k, context)
+        except PgbraidError as exc:
+            leg.entry = TraceEntry(retriever=strategy.name, status="failed", reason=exc.message,
+                                   ms=_ms(began))
+            return
+        except psycopg.Error as exc:  # its SQLSTATE only: no statement or value text
+            leg.entry = TraceEntry(retriever=strategy.name, status="failed", ms=_ms(began),
+                                   reason=f"PostgreSQL error {exc.sqlstate or 'unknown'}")
+            return
+        leg.rows = outcome.rows
+        details = dict(outcome.details)
+        if leg.plan.query:
+            details["query"] = leg.plan.query
+        leg.entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(outcome.rows),
+                               ms=_ms(began), details=details)
+
+    def _respond(self, pipeline: str, request: SearchRequest, plan: planner.Plan, legs: list[Leg],
+                 started: float) -> SearchResponse:
+        if not plan.fused:
+            (leg,) = legs
+            hits = [_hit(row, rank, row.score) for rank, row in enumerate(leg.rows, start=1)]
+            return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
+                                  hits=tuple(hits),
+                                  trace=Trace(retrievers=(leg.entry,), ms=_ms(started)))
+        weights = planner.weights(request, plan)
+        for leg in legs:
+            if leg.entry.status == "ran":
+                leg.entry = leg.entry.model_copy(update={"details": {
+                    **leg.entry.details, "weight": weights.get(leg.plan.strategy, 1.0),
+                    "depth": leg.request.k}})
+        ran = {leg.plan.strategy: leg.rows for leg in legs if leg.entry.status == "ran"}
+        method = request.params.get("fusion", "rrf")
+        rrf_k = request.params.get("rrf_k", 60)
+        by_document = request.group_by == "document"
+        fused = promote(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
+                             by_document=by_document), plan.identifiers)
+        hits = [_hit(item.row, rank, round(item.score, 8), item)
+                for rank, item in enumerate(fused[:request.k], start=1)]
+        fusion = _fusion_trace(plan, method, rrf_k, weights, ran, fused, by_document)
+        return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
+                              hits=tuple(hits),
+                              trace=Trace(retrievers=tuple(leg.entry for leg in legs),
+                                          fusion=fusion, ms=_ms(started)))
+
+    # -- pipelines and documents ------------------------------------------------------
+
+    def pipelines(self, principal: Principal) -> list[PipelineInfo]:
+        """The pipelines this principal may read, with counts of what it may see."""
+        with self.db.snapshot(principal.tenant) as snapshot:
+            visible = _visible(snapshot.conn, principal)
+            return [pipelines.info(snapshot.conn, p, visible)
+                    for p in pipelines.list_all(snapshot.conn) if principal.allows(p.name, "read")]
+
+    def pipeline(self, principal: Principal, name: str) -> PipelineInfo:
+        principal.require(name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline = pipelines.get(snapshot.conn, name)
+            return pipelines.info(snapshot.conn, pipeline, _visible(snapshot.conn, principal))
+
+    def document(self, principal: Principal, pipeline_name: str, document_id: str, *,
+                 version: int | None = None, as_of: datetime | None = None,
+                 classification: Any = None) -> dict[str, Any]:
+        """One version of a document (current, numbered, or valid at ``as_of``)."""
+        asked = parse_classifications(classification) if classification is not None else None
+        principal.require(pipeline_name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
+            return documents.read(snapshot.conn, pipeline, document_id, version=version,
+                                  as_of=as_of, classifications=held)
+
+    def versions(self, principal: Principal, pipeline_name: str, document_id: str, *,
+                 classification: Any = None) -> list[dict[str, Any]]:
+        """The versions of a document that the request's classifications may see."""
+        asked = parse_classifications(classification) if classification is not None else None
+        principal.require(pipeline_name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
+            return documents.versions(snapshot.conn, pipeline, document_id, classifications=held)
+
+
+def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:
+    """What a principal's counts may include: None (everything) for an unbounded one."""
+    if principal.classifications is None:
+        return None
+    return resolve_classifications(conn, (*principal.classifications, DEFAULT_CLASSIFICATION))
+
+
+def _has_graph(conn: psycopg.Connection, pipeline: Pipeline) -> bool:
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM pgbraid.edges WHERE pipeline_id = %s)",
+                        (pipeline.id,)).fetchone()[0]
+
+
+def _deepen(conn, strategy, pipeline, request, scope, context) -> tuple[Outcome, list[Row]]:
+    """Run a single strategy; grouped by document, deepen until k documents or exhaustion."""
+    k = request.k
+    if k == 0:
+        return Outcome([]), []
+    if request.group_by != "document":
+        outcome = strategy.run(conn, pipeline, request, scope, k, context)
+        return outcome, outcome.rows[:k]
+    depth = k * GROUP_OVERFETCH
+    while True:
+        outcome = strategy.run(conn, pipeline, request, scope, depth, context)
+        rows = _group(outcome.rows, k)
+        if len(rows) >= k or len(outcome.rows) < depth or depth >= MAX_GROUP_DEPTH:
+            return outcome, rows
+        depth = min(depth * GROUP_OVERFETCH, MAX_GROUP_DEPTH)
 
 
 def _group(rows: list[Row], k: int) -> list[Row]:
@@ -106,10 +299,33 @@ def _group(rows: list[Row], k: int) -> list[Row]:
     return kept[:k]
 
 
-def _hit(row: Row, rank: int) -> Hit:
+def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str, float],
+                  legs: dict[str, list[Row]], fused: list[Fused],
+                  by_document: bool) -> dict[str, Any]:
+    def key(row: Row) -> Any:
+        return row.document_id if by_document else row.fragment_id
+
+    final = {key(item.row): rank for rank, item in enumerate(fused, start=1)}
+    return {
+        "method": method, "rrf_k": rrf_k if method == "rrf" else None, "weights": weights,
+        "plan": plan.as_dict(), "promoted_identifiers": plan.identifiers,
+        "candidates": len(fused),
+        "top_hits_final_rank": {name: [final.get(key(r)) for r in rows[:TOP_TRACED]]
+                                for name, rows in legs.items()},
+    }
+
+
+def _hit(row: Row, rank: int, score: float, fused: Fused | None = None) -> Hit:
+    """The one row-to-hit mapper (decryption will happen here)."""
     return Hit(document_id=row.document_id, fragment_id=row.fragment_id, version=row.version,
-               title=row.title, page_content=row.body, score=float(row.score), rank=rank,
+               title=row.title, page_content=row.body, score=float(score), rank=rank,
                metadata=row.metadata, classifications=tuple(row.classifications),
                language=row.language,
                matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None,
-               mmr_score=row.mmr_score, evidence=row.evidence)
+               mmr_score=row.mmr_score, evidence=row.evidence,
+               found_by=tuple(StrategyRank(strategy=s, rank=r, score=v)
+                              for s, r, v in fused.found_by) if fused else ())
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

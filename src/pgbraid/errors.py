@@ -1,61 +1,144 @@
 """The exceptions pgbraid raises, and the one table that maps them to codes.
 
     PgbraidError
-     ├── InvalidRequest      bad input: 400, CLI exit 2
-     ├── NotFound            unknown pipeline / document / version: 404
-     ├── Forbidden           the caller may not do this: 403
-     ├── NotEnabled          strategy or capability not enabled here: 501
-     ├── BackendTimeout      PostgreSQL cancelled the statement (57014): 504
-     └── BackendUnavailable  PostgreSQL or an embedder cannot be reached: 503
+     ├── InvalidRequest          bad input                                  400, exit 2
+     │    ├── Conflict           it already exists                          409, exit 2
+     │    └── PayloadTooLarge    over a size limit                          413, exit 2
+     ├── Unauthorized            no valid credentials                       401, exit 77
+     ├── Forbidden               the caller may not do this                 403, exit 77
+     ├── NotFound                unknown pipeline / document / version      404, exit 2
+     ├── NotEnabled              strategy or capability not enabled here    501, exit 69
+     ├── BackendTimeout          PostgreSQL cancelled the statement         504, exit 3
+     └── BackendUnavailable      PostgreSQL or an embedder cannot be reached 503, exit 3
 
-Every entry point (Python, CLI, HTTP) shows an error as ``error_body(exc)``.
+    anything else                a bug: "internal error"                    500, exit 70
+
+``ERRORS`` is the table: status codes and exit codes are chosen there, never
+where an error is raised. ``describe(exc)`` turns *any* exception into the
+row, message and details an entry point shows; an exception that is not a
+``PgbraidError`` shows only ``internal error`` (its text may hold SQL, paths
+or data) and is logged with its traceback for operators. Exit codes 69, 70
+and 77 are sysexits(3)'s EX_UNAVAILABLE, EX_SOFTWARE and EX_NOPERM; 1 is left
+to ``ingest`` ("finished, with failed documents").
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger("pgbraid")
 
 
 class PgbraidError(Exception):
-    code = "error"
-    http_status = 500
-
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
 
+    @property
+    def code(self) -> str:
+        return row_of(type(self)).code
+
+    @property
+    def http_status(self) -> int:
+        return row_of(type(self)).status
+
 
 class InvalidRequest(PgbraidError):
-    code = "invalid_request"
-    http_status = 400
+    pass
 
 
-class NotFound(PgbraidError):
-    code = "not_found"
-    http_status = 404
+class Conflict(InvalidRequest):
+    pass
+
+
+class PayloadTooLarge(InvalidRequest):
+    pass
+
+
+class Unauthorized(PgbraidError):
+    pass
 
 
 class Forbidden(PgbraidError):
-    code = "forbidden"
-    http_status = 403
+    pass
+
+
+class NotFound(PgbraidError):
+    pass
 
 
 class NotEnabled(PgbraidError):
-    code = "not_enabled"
-    http_status = 501
+    pass
 
 
 class BackendTimeout(PgbraidError):
-    code = "backend_timeout"
-    http_status = 504
+    pass
 
 
 class BackendUnavailable(PgbraidError):
-    code = "backend_unavailable"
-    http_status = 503
+    pass
 
 
-def error_body(exc: PgbraidError) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Row:
+    code: str
+    status: int
+    exit: int
+    when: str
+
+
+ERRORS: dict[type[PgbraidError], Row] = {
+    InvalidRequest: Row("invalid_request", 400, 2, "bad input: a malformed request, parameter, "
+                        "filter, name, id, version or time; NUL or lone surrogates in text"),
+    Conflict: Row("conflict", 409, 2, "the pipeline or entity source already exists"),
+    PayloadTooLarge: Row("payload_too_large", 413, 2, "a query, filter or filter value over "
+                         "its size limit"),
+    Unauthorized: Row("unauthorized", 401, 77, "no valid API key (HTTP)"),
+    Forbidden: Row("forbidden", 403, 77, "the principal lacks the permission on the pipeline"),
+    NotFound: Row("not_found", 404, 2, "unknown pipeline, document, version or entity source"),
+    NotEnabled: Row("not_enabled", 501, 69, "the strategy or capability is not enabled or "
+                    "installed here (pgvector, pg_search, AGE, an embedder)"),
+    BackendTimeout: Row("backend_timeout", 504, 3, "PostgreSQL cancelled a statement "
+                        "(statement timeout)"),
+    BackendUnavailable: Row("backend_unavailable", 503, 3, "PostgreSQL or an embedder cannot "
+                            "be reached, or no pooled connection came in time"),
+}
+INTERNAL = Row("internal", 500, 70, "anything else: a bug (logged with its traceback)")
+INTERNAL_MESSAGE = "internal error"
+
+
+def row_of(cls: type[BaseException]) -> Row:
+    """The table row of an exception class: its own, or its nearest listed base's."""
+    for base in cls.__mro__:
+        if base in ERRORS:
+            return ERRORS[base]  # type: ignore[index]
+    return INTERNAL
+
+
+@dataclass(frozen=True)
+class Described:
+    code: str
+    status: int
+    exit: int
+    message: str
+    details: dict[str, Any]
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+def describe(exc: BaseException) -> Described:
+    """Any exception as (code, HTTP status, exit code, message, details), from the table."""
+    if isinstance(exc, PgbraidError):
+        row = row_of(type(exc))
+        return Described(row.code, row.status, row.exit, exc.message, exc.details)
+    logger.error("internal error: %s", type(exc).__name__, exc_info=exc)
+    return Described(INTERNAL.code, INTERNAL.status, INTERNAL.exit, INTERNAL_MESSAGE, {})
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
     """The single error shape of the CLI's --json output and of the HTTP API."""
-    return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+    return describe(exc).body()

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Literal
+import reprlib
+from datetime import datetime, timezone
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, PayloadTooLarge
 
-CLASSIFICATION_RE = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
+CLASSIFICATION_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
 DEFAULT_CLASSIFICATION = "public"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+MAX_DOCUMENT_ID_CHARS = 1000
+MAX_VERSION = 2**31 - 1
 
 
 class Frozen(BaseModel):
@@ -31,10 +36,10 @@ def parse_classifications(value: Any) -> tuple[str, ...]:
             "classification must be a list of names or a comma-separated string",
             field="classification",
         )
-    bad = [item for item in items if not CLASSIFICATION_RE.match(item)]
+    bad = [item for item in items if not CLASSIFICATION_RE.fullmatch(item)]
     if bad or not items:
         raise InvalidRequest(
-            f"invalid classification name(s) {bad or ['']!r}: use lower-case letters, digits, "
+            f"invalid classification name(s) {shown(bad[:5] or [''])}: use lower-case letters, digits, "
             "'_', '.', ':' or '-', at most 64 characters",
             field="classification",
         )
@@ -42,9 +47,9 @@ def parse_classifications(value: Any) -> tuple[str, ...]:
 
 
 def validate_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise InvalidRequest(
-            f"invalid {kind} name {name!r}: 1-63 letters, digits, '_', '.' or '-', "
+            f"invalid {kind} name {shown(name)}: 1-63 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit",
             field=kind,
         )
@@ -54,7 +59,8 @@ def validate_name(kind: str, name: str) -> str:
 class SearchRequest(Frozen):
     query: str
     type: str = "fulltext"
-    classification: tuple[str, ...] = (DEFAULT_CLASSIFICATION,)
+    classification: tuple[str, ...] | None = None
+    """What the reader holds (only narrows the principal's); None: the principal's default."""
     params: dict[str, Any] = Field(default_factory=dict)
     filters: dict[str, Any] | None = None
     distance_strategy: str = "cosine"
@@ -62,7 +68,9 @@ class SearchRequest(Frozen):
 
     @field_validator("classification", mode="before")
     @classmethod
-    def _classification(cls, value: Any) -> tuple[str, ...]:
+    def _classification(cls, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
         try:
             return parse_classifications(value)
         except InvalidRequest as exc:
@@ -71,10 +79,11 @@ class SearchRequest(Frozen):
     @field_validator("query")
     @classmethod
     def _query(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("query must not contain NUL bytes")
+        flaw = text_flaw(value)
+        if flaw:
+            raise ValueError(f"must not contain {flaw}")
         if not value.strip():
-            raise ValueError("query must not be empty")
+            raise ValueError("must not be empty")
         return value
 
     @property
@@ -84,33 +93,160 @@ class SearchRequest(Frozen):
 
 def parse_search_request(data: dict[str, Any], *, max_query_chars: int, max_k: int) -> SearchRequest:
     """Validate a raw request body into a SearchRequest, raising InvalidRequest with one line."""
+    query = data.get("query") if isinstance(data, dict) else None
+    if isinstance(query, str) and len(query) > max_query_chars:  # before scanning it
+        raise PayloadTooLarge(f"query is {len(query)} characters; the limit is {max_query_chars}",
+                              field="query")
     try:
         request = SearchRequest.model_validate(data)
     except ValidationError as exc:
         raise InvalidRequest(_first_error(exc), errors=_errors(exc)) from None
-    if len(request.query) > max_query_chars:
-        raise InvalidRequest(
-            f"query is {len(request.query)} characters; the limit is {max_query_chars}",
-            field="query",
-        )
-    k = request.params.get("k", 5)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0 or k > max_k:
-        raise InvalidRequest(f"params.k must be an integer from 0 to {max_k}, got {k!r}", field="k")
+    number(request.params, "k", 5, 0, max_k, integer=True)
     return request
 
 
+def _where(loc: tuple) -> str:
+    return printable(".".join(str(p) for p in loc), 100)
+
+
 def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [
-        {"field": ".".join(str(p) for p in err["loc"]), "message": err["msg"]}
-        for err in exc.errors()
-    ]
+    return [{"field": _where(err["loc"]), "message": err["msg"]} for err in exc.errors()[:20]]
 
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "request"
+    where = _where(err["loc"]) or "request"
     message = err["msg"].removeprefix("Value error, ")
     return f"{where}: {message}"
+
+
+# -- checks every entry point shares --------------------------------------------------
+
+def printable(value: str, limit: int = 80) -> str:
+    """Text safe to put in a message: cut to ``limit``, control characters and lone
+    surrogates escaped."""
+    cut = value[:limit]
+    text = cut if cut.isprintable() else cut.encode("unicode_escape").decode("ascii")
+    return text if len(value) <= limit else f"{text}... ({len(value)} characters)"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def shown(value: Any) -> str:
+    """A short repr() of a caller's value for an error message (never its whole size)."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int too long to print
+        return f"an integer of {value.bit_length()} bits"
+
+
+def text_flaw(value: str) -> str | None:
+    """What makes a string unstorable as PostgreSQL text, or None: NUL, lone surrogates."""
+    if "\x00" in value:
+        return "NUL bytes"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "lone surrogates (invalid Unicode)"
+    return None
+
+
+def check_text(value: str, what: str, field: str | None = None) -> str:
+    """The string, or InvalidRequest when it holds NUL or lone surrogates."""
+    flaw = text_flaw(value)
+    if flaw:
+        raise InvalidRequest(f"{what} must not contain {flaw}", field=field or what)
+    return value
+
+
+def check_json(value: Any, what: str, max_depth: int = 32) -> Any:
+    """A JSON-like value (metadata) PostgreSQL can store: string keys, valid text, finite
+    numbers, at most ``max_depth`` containers deep; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)) and depth > max_depth:
+            raise InvalidRequest(f"{what} nests deeper than {max_depth} levels", field=what)
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise InvalidRequest(f"{what} keys must be strings", field=what)
+                check_text(key, f"{what} keys", what)
+                stack.append((inner, depth + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, depth + 1) for inner in item)
+        elif isinstance(item, str):
+            check_text(item, f"{what} values", what)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidRequest(f"{what} holds NaN or infinity", field=what)
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 1000:
+            raise InvalidRequest(f"{what} holds an integer too long to store", field=what)
+        elif item is not None and not isinstance(item, (bool, int, float)):
+            raise InvalidRequest(f"{what} holds a {type(item).__name__}, not JSON", field=what)
+    return value
+
+
+def validate_document_id(value: Any, field: str = "document_id") -> str:
+    """A caller's document id: 1 to 1000 characters of valid text."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("a document id must be a non-empty string", field=field)
+    if len(value) > MAX_DOCUMENT_ID_CHARS:
+        raise InvalidRequest(f"a document id is at most {MAX_DOCUMENT_ID_CHARS} characters",
+                             field=field)
+    return check_text(value, "a document id", field)
+
+
+def number(params: Mapping[str, Any], name: str, default: Any, low: float | None = None,
+           high: float | None = None, *, integer: bool = False, nullable: bool = False,
+           label: str | None = None) -> Any:
+    """``params[name]`` checked: a finite number from ``low`` to ``high`` (an int when
+    ``integer``); ``default`` when absent (or null, when ``nullable``). Refuses bools,
+    strings, NaN and infinities: the one check behind every numeric parameter."""
+    if name not in params or (nullable and params[name] is None):
+        return default
+    value = params[name]
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if (isinstance(value, bool) or not finite or (integer and not isinstance(value, int))
+            or (low is not None and value < low) or (high is not None and value > high)):
+        kind = "an integer" if integer else "a finite number"
+        bounds = (f" from {low} to {high}" if low is not None and high is not None
+                  else f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+        raise InvalidRequest(f"{label or 'params.' + name} must be {kind}{bounds}, got "
+                             f"{shown(value)}", field=name)
+    if integer:
+        return value
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range, with no upper bound given
+        raise InvalidRequest(f"{label or 'params.' + name} is out of range", field=name) from None
+
+
+def parse_version(value: Any) -> int | None:
+    """A version number: an int from 1 (not a bool, not a string), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        raise InvalidRequest(f"version must be an integer from 1, got {shown(value)}",
+                             field="version")
+    return value
+
+
+def parse_as_of(value: Any) -> datetime | None:
+    """A point in time: a datetime or an ISO-8601 string; without an offset it is UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    if not isinstance(value, datetime):
+        raise InvalidRequest(f"as_of must be a datetime or an ISO-8601 string such as "
+                             f"2026-01-31T12:00:00+00:00, got {shown(value)}", field="as_of")
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
 class StrategyRank(Frozen):

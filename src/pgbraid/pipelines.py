@@ -10,9 +10,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
 
-from .errors import InvalidRequest, NotFound
+from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
-from .models import PipelineInfo, validate_name
+from .models import PipelineInfo, shown, validate_name
 
 _COLUMNS = ("SELECT id, tenant_id AS tenant, name, fulltext, language::text AS language, embedder,"
             " dimension, chunk_size, settings, created_at FROM pgbraid.pipelines")
@@ -39,7 +39,7 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
     config = config_for(language)
     if config is None:
         raise InvalidRequest(
-            f"unknown language {language!r}; use one of {', '.join(sorted(CONFIG_NAMES))}",
+            f"unknown language {shown(language)}; use one of {', '.join(sorted(CONFIG_NAMES))}",
             field="language")
     if not 200 <= chunk_size <= 20_000:
         raise InvalidRequest("chunk_size must be between 200 and 20000 characters", field="chunk_size")
@@ -48,12 +48,13 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
         " VALUES (%s, %s, %s::regconfig, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
         " RETURNING id", (name, fulltext, config, chunk_size, embedder, dimension)).fetchone()
     if row is None:
-        raise InvalidRequest(f"pipeline {name!r} already exists", field="name")
+        raise Conflict(f"pipeline {name!r} already exists", field="name")
     conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s)", (row[0],))
     return get(conn, name)
 
 
 def get(conn: psycopg.Connection, name: str) -> Pipeline:
+    validate_name("pipeline", name)
     with conn.cursor(row_factory=class_row(Pipeline)) as cur:
         pipeline = cur.execute(_COLUMNS + " WHERE name = %s", (name,)).fetchone()
     if pipeline is None:
@@ -61,19 +62,26 @@ def get(conn: psycopg.Connection, name: str) -> Pipeline:
     return pipeline
 
 
-def get_resolving(conn: psycopg.Connection, name: str,
-                  held: tuple[str, ...]) -> tuple[Pipeline, tuple[str, ...]]:
-    """The pipeline and the resolved classifications, in one statement."""
+def get_resolving(conn: psycopg.Connection, name: str, held: tuple[str, ...],
+                  bound: tuple[str, ...] | None = None
+                  ) -> tuple[Pipeline, tuple[str, ...], tuple[str, ...] | None]:
+    """The pipeline, the held classifications resolved through their hierarchy, and
+    (when given) the resolved bound of what the principal may hold; one statement."""
     from .scope import RESOLVE_CLASSIFICATIONS
 
-    statement = sql.SQL("SELECT p.*, ({resolve}) AS held FROM ({pipeline} WHERE name = %(name)s) AS p"
-                        ).format(resolve=sql.SQL(RESOLVE_CLASSIFICATIONS), pipeline=sql.SQL(_COLUMNS))
+    validate_name("pipeline", name)
+    statement = sql.SQL("SELECT p.*, ({held}) AS held, ({bound}) AS bound"
+                        " FROM ({pipeline} WHERE name = %(name)s) AS p").format(
+        held=sql.SQL(RESOLVE_CLASSIFICATIONS),
+        bound=sql.SQL(RESOLVE_CLASSIFICATIONS.replace("%(held)s", "%(bound)s")),
+        pipeline=sql.SQL(_COLUMNS))
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(statement, {"held": list(held), "name": name}).fetchone()
+        row = cur.execute(statement, {"held": list(held), "bound": list(bound or ()),
+                                      "name": name}).fetchone()
     if row is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
-    resolved = row.pop("held")
-    return Pipeline(**row), tuple(resolved or ())
+    resolved, limit = row.pop("held"), row.pop("bound")
+    return Pipeline(**row), tuple(resolved or ()), (tuple(limit or ()) if bound is not None else None)
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:
@@ -87,14 +95,19 @@ def list_all(conn: psycopg.Connection) -> list[Pipeline]:
         return cur.execute(_COLUMNS + " ORDER BY name").fetchall()
 
 
-def info(conn: psycopg.Connection, pipeline: Pipeline) -> PipelineInfo:
+def info(conn: psycopg.Connection, pipeline: Pipeline,
+         visible: tuple[str, ...] | None = None) -> PipelineInfo:
+    """The pipeline with counts of what ``visible`` classifications may see (None: all)."""
     documents, versions, fragments = conn.execute(
-        "SELECT (SELECT count(*) FROM pgbraid.documents WHERE pipeline_id = %(p)s"
-        "          AND current_version IS NOT NULL),"
+        "SELECT (SELECT count(*) FROM pgbraid.documents d JOIN pgbraid.versions v"
+        "          ON v.document_id = d.id AND v.version = d.current_version"
+        "          WHERE d.pipeline_id = %(p)s AND (%(all)s OR v.classifications && %(c)s)),"
         "       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d"
-        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s),"
-        "       (SELECT count(*) FROM pgbraid.fragments WHERE pipeline_id = %(p)s"
-        "          AND current AND NOT quarantined)", {"p": pipeline.id}).fetchone()
+        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s"
+        "          AND (%(all)s OR v.classifications && %(c)s)),"
+        "       (SELECT count(*) FROM pgbraid.fragments f WHERE f.pipeline_id = %(p)s"
+        "          AND f.current AND NOT f.quarantined AND (%(all)s OR f.classifications && %(c)s))",
+        {"p": pipeline.id, "all": visible is None, "c": list(visible or ())}).fetchone()
     return PipelineInfo(
         name=pipeline.name, tenant=pipeline.tenant, fulltext=pipeline.fulltext,
         language=pipeline.language, embedder=pipeline.embedder, dimension=pipeline.dimension,

@@ -1,4 +1,11 @@
-"""The auto planner: from the query's shape to a mix of strategies and weights.
+"""Plans: which strategies a search runs, with what weights and depths.
+
+Every search is a plan: a single strategy is a plan of one leg; ``hybrid``
+runs ``params.strategies`` (default bm25 + similarity, plus fuzzy when the
+query looks like a name); ``auto`` lets the query's shape choose. The engine
+runs every plan the same way (one snapshot, one trace).
+
+The auto planner, from the query's shape to a mix of strategies and weights:
 
 - exact identifiers (CVE/CWE/GHSA ids, ATT&CK ids, hashes, IPs, domains, file
   paths, code identifiers, quoted phrases) weigh lexical strategies, add an
@@ -14,6 +21,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from . import strategies
+from .errors import InvalidRequest
+from .fusion import METHODS
+from .models import SearchRequest, number, printable
+from .strategies.base import Context
+
+FUSED = ("hybrid", "auto")
+DEFAULT_DEPTH = 50
+MAX_DEPTH = 1000
 
 IDENTIFIERS = {
     "cve": re.compile(r"\bCVE-\d{4}-\d{4,7}\b", re.I),
@@ -54,6 +71,8 @@ class Plan:
     legs: list[Leg]
     reasons: list[str] = field(default_factory=list)
     identifiers: list[str] = field(default_factory=list)
+    fused: bool = True
+    """False for a single strategy: its rows are the answer, its errors the caller's."""
 
     def as_dict(self) -> dict:
         return {"legs": [{"strategy": l.strategy, "weight": l.weight,
@@ -116,3 +135,92 @@ def plan(query: str, *, graph: bool = False) -> Plan:
             legs.append(Leg("graph", 1.0))
             reasons.append("a graph exists: graph finds the entity's relationships")
     return Plan(legs, reasons)
+
+
+# -- plans for requests ---------------------------------------------------------
+
+def validate(request: SearchRequest, context: Context) -> None:
+    """Everything about the plan that needs no database: names, params, gates."""
+    if request.type not in FUSED:
+        strategies.get(request.type).validate(request, context)
+        return
+    params = request.params
+    names = params.get("strategies")
+    if names is not None:
+        if (not isinstance(names, list) or not names
+                or not all(isinstance(n, str) for n in names)):
+            raise InvalidRequest("params.strategies must be a non-empty list of strategy names",
+                                 field="strategies")
+        for name in names:
+            if name in FUSED:
+                raise InvalidRequest(f"{name!r} cannot be a leg of a fused search", field="strategies")
+            strategies.get(name)
+    weights = params.get("weights", {})
+    if not isinstance(weights, dict):
+        raise InvalidRequest("params.weights must map strategy names to numbers >= 0", field="weights")
+    for name in weights:
+        strategies.get(name)
+        number(weights, name, None, 0, label=f"params.weights.{name}")
+    number(params, "rrf_k", 60, 1, 10_000, integer=True)
+    if params.get("fusion", "rrf") not in METHODS:
+        raise InvalidRequest(f"params.fusion must be one of {', '.join(METHODS)}", field="fusion")
+    depth = params.get("depth")
+    if isinstance(depth, dict):  # per strategy
+        for name in depth:
+            number(depth, name, None, 1, MAX_DEPTH, integer=True,
+                   label=f"params.depth.{printable(str(name), 40)}")
+    else:
+        number(params, "depth", None, 1, MAX_DEPTH, integer=True)
+    leg_params = params.get("leg_params", {})
+    if not isinstance(leg_params, dict) or not all(isinstance(v, dict) for v in leg_params.values()):
+        raise InvalidRequest("params.leg_params must map strategy names to objects", field="leg_params")
+    for leg in for_request(request).legs:
+        strategies.get(leg.strategy).validate(leg_request(request, leg), context)
+
+
+def for_request(request: SearchRequest, *, graph: bool = False) -> Plan:
+    """The plan of a (validated) request; ``graph``: the pipeline has edges."""
+    if request.type not in FUSED:
+        return Plan([Leg(strategies.get(request.type).name)], fused=False)
+    if request.type == "auto":
+        return plan(request.query, graph=graph)
+    names = request.params.get("strategies")
+    reasons = ["strategies as requested"]
+    if names is None:
+        names = ["bm25", "similarity"]
+        reasons = ["default mix: bm25 + similarity"]
+        if looks_like_name(request.query):
+            names.append("fuzzy")
+            reasons.append("looks like a name: fuzzy added")
+    return Plan([Leg(n) for n in names], reasons, promotable(identifiers(request.query)))
+
+
+def weights(request: SearchRequest, chosen: Plan) -> dict[str, float]:
+    found = {leg.strategy: leg.weight for leg in chosen.legs}
+    found.update(request.params.get("weights", {}))
+    return found
+
+
+def _depths(request: SearchRequest) -> dict[str, int]:
+    depth = request.params.get("depth", max(DEFAULT_DEPTH, request.k))
+    values = depth if isinstance(depth, dict) else {"*": depth}
+    for value in values.values():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEPTH:
+            raise InvalidRequest(f"params.depth must be an integer from 1 to {MAX_DEPTH} "
+                                 "(or a map of them per strategy)", field="depth")
+    return values
+
+
+def depth(request: SearchRequest, strategy: str) -> int:
+    """How many candidates a fused plan's leg fetches."""
+    values = _depths(request)
+    return values.get(strategy, values.get("*", max(DEFAULT_DEPTH, request.k)))
+
+
+def leg_request(request: SearchRequest, leg: Leg, k: int | None = None) -> SearchRequest:
+    """The request a fused plan's leg runs: its own query and params, k candidates."""
+    extra = request.params.get("leg_params", {}).get(leg.strategy, {})
+    return request.model_copy(update={
+        "type": leg.strategy, "query": leg.query or request.query,
+        "params": {**extra, "k": k if k is not None else depth(request, leg.strategy)},
+        "group_by": "fragment"})

@@ -13,6 +13,11 @@ The filter language (JSON)::
     {"and": [...]}, {"or": [...]}, {"not": {...}}
     {"a.b": 1}                                  nested keys
 
+Limits (``FilterLimits``, from settings): nesting depth, conditions, bytes per
+string and for the whole filter. They are checked by one iterative walk before
+anything recursive (the compiler, pydantic, json) sees the filter, so a filter
+nested 100,000 deep or holding 10 MB is refused in microseconds.
+
 Conditions compile to ``metadata @? jsonpath`` with the value inside the
 jsonpath parameter, so the GIN ``jsonb_path_ops`` index serves equality.
 A missing key never equals anything, so ``ne`` / ``nin`` / ``not`` keep it.
@@ -29,7 +34,8 @@ from typing import Any, Callable, Mapping
 import psycopg
 from psycopg import sql
 
-from .errors import Forbidden, InvalidRequest
+from .errors import Forbidden, InvalidRequest, PayloadTooLarge
+from .models import printable, shown, text_flaw
 
 PERMISSIONS = ("read", "write", "execute", "admin")
 ANY_PIPELINE = "*"
@@ -60,7 +66,8 @@ class Principal:
 
     @property
     def default_classifications(self) -> tuple[str, ...]:
-        return self.classifications if self.classifications else ("public",)
+        """What a request naming no classification holds: the principal's, and public."""
+        return tuple(dict.fromkeys((*(self.classifications or ()), "public")))
 
     def allows(self, pipeline: str, permission: str) -> bool:
         held = self.permissions.get(pipeline, frozenset()) | self.permissions.get(
@@ -83,6 +90,65 @@ MAX_FILTER_CONDITIONS = 64
 
 
 @dataclass(frozen=True)
+class FilterLimits:
+    """How large a filter may be (settings ``PGBRAID_FILTER_MAX_*``)."""
+
+    depth: int = MAX_FILTER_DEPTH
+    """and / or / not levels."""
+    conditions: int = MAX_FILTER_CONDITIONS
+    value_bytes: int = 1024
+    """UTF-8 bytes of any one string (key or value)."""
+    total_bytes: int = 65_536
+    """About the filter's size as JSON: strings' bytes + 2, 4 per other scalar, 2 per container."""
+
+
+# The largest limits settings may choose: Scope.where() compiles under these, since the
+# request was checked against the configured ones before (Engine.parse).
+CEILING = FilterLimits(depth=32, conditions=1024, value_bytes=1 << 20, total_bytes=16 << 20)
+
+
+def check_filter_size(node: Any, limits: FilterLimits) -> None:
+    """Depth, bytes and text of a filter, walked without recursion."""
+    containers = 2 * limits.depth + 3  # and/or: a list and an object per level; leaf: op + list
+    total = 0
+    stack: list[tuple[Any, int]] = [(node, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > containers:
+                raise InvalidRequest(f"filter nests deeper than {limits.depth} levels",
+                                     field="filters")
+            total += 2
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    if not isinstance(key, str):
+                        raise InvalidRequest(f"filter keys must be strings, got {type(key).__name__}",
+                                             field="filters")
+                    total += _string_size(key, limits)
+                    stack.append((value, depth + 1))
+            else:
+                stack.extend((value, depth + 1) for value in item)
+        else:
+            total += _string_size(item, limits) if isinstance(item, str) else 4
+        if total > limits.total_bytes:
+            raise PayloadTooLarge(f"filter is larger than {limits.total_bytes} bytes",
+                                  field="filters")
+
+
+def _string_size(text: str, limits: FilterLimits) -> int:
+    # len() first: a 10 MB string is refused without being encoded.
+    size = len(text) if len(text) > limits.value_bytes else len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.value_bytes:
+        raise PayloadTooLarge(f"a filter string is {size} bytes or more; the limit is "
+                              f"{limits.value_bytes}", field="filters")
+    flaw = text_flaw(text)
+    if flaw:
+        raise InvalidRequest(f"filter key or value '{printable(text, 40)}' contains {flaw}",
+                             field="filters")
+    return size + 2
+
+
+@dataclass(frozen=True)
 class Operator:
     key: str
     description: str
@@ -93,6 +159,8 @@ class Operator:
 def _scalar(value: Any, op: str) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidRequest(f"filter value for {op!r} must be a finite number", field="filters")
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        raise InvalidRequest(f"filter value for {op!r} is beyond a 64-bit integer", field="filters")
     if value is None or isinstance(value, (str, int, float, bool)):
         return json.dumps(value, ensure_ascii=False)
     raise InvalidRequest(f"filter value for {op!r} must be a string, number, boolean or null",
@@ -136,18 +204,22 @@ OPERATORS: dict[str, Operator] = {op.key: op for op in [
 def _path(key: str) -> str:
     parts = key.split(".")
     if not key or any(not p for p in parts) or len(key) > 200:
-        raise InvalidRequest(f"invalid filter key {key!r}", field="filters")
+        raise InvalidRequest(f"invalid filter key {shown(key)}", field="filters")
     return "$" + "".join("." + json.dumps(part, ensure_ascii=False) for part in parts)
 
 
 class FilterCompiler:
-    def __init__(self, column: sql.Composable) -> None:
+    def __init__(self, column: sql.Composable, limits: FilterLimits = CEILING) -> None:
         self.column = column
+        self.limits = limits
         self.params: dict[str, str] = {}
 
     def compile(self, node: Any, depth: int = 0) -> sql.Composable:
-        if depth > MAX_FILTER_DEPTH:
-            raise InvalidRequest(f"filter nests deeper than {MAX_FILTER_DEPTH} levels", field="filters")
+        if depth == 0:
+            check_filter_size(node, self.limits)
+        if depth > self.limits.depth:
+            raise InvalidRequest(f"filter nests deeper than {self.limits.depth} levels",
+                                 field="filters")
         if not isinstance(node, dict) or not node:
             raise InvalidRequest("a filter must be a non-empty JSON object", field="filters")
         parts = [self._entry(key, value, depth) for key, value in node.items()]
@@ -164,7 +236,7 @@ class FilterCompiler:
         path = _path(key)
         if isinstance(value, dict):
             if not value:
-                raise InvalidRequest(f"no operator given for {key!r}", field="filters")
+                raise InvalidRequest(f"no operator given for {shown(key)}", field="filters")
             conditions = [self._condition(path, op, arg) for op, arg in value.items()]
             return conditions[0] if len(conditions) == 1 else sql.SQL("({})").format(
                 sql.SQL(" AND ").join(conditions))
@@ -174,10 +246,10 @@ class FilterCompiler:
         operator = OPERATORS.get(op)
         if operator is None:
             raise InvalidRequest(
-                f"unknown filter operator {op!r}; use one of {', '.join(OPERATORS)}, "
+                f"unknown filter operator {shown(op)}; use one of {', '.join(OPERATORS)}, "
                 "or and/or/not", field="filters")
-        if len(self.params) >= MAX_FILTER_CONDITIONS:
-            raise InvalidRequest(f"a filter may hold at most {MAX_FILTER_CONDITIONS} conditions",
+        if len(self.params) >= self.limits.conditions:
+            raise InvalidRequest(f"a filter may hold at most {self.limits.conditions} conditions",
                                  field="filters")
         jsonpath, negate = operator.render(path, value)
         name = f"scope_filter_{len(self.params)}"
@@ -242,7 +314,7 @@ class Scope:
         return sql.SQL(" AND ").join(parts), params
 
 
-def validate_filters(filters: Any) -> None:
+def validate_filters(filters: Any, limits: FilterLimits = FilterLimits()) -> None:
     """Compile once without a database to reject a bad filter before any statement is sent."""
     if filters is not None:
-        FilterCompiler(sql.SQL("metadata")).compile(filters)
+        FilterCompiler(sql.SQL("metadata"), limits).compile(filters)

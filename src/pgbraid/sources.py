@@ -17,7 +17,7 @@ a check of what they depend on would have to follow functions too.
 Who reads: the tenant's source role (``role_name``), NOLOGIN, not superuser,
 no BYPASSRLS, member of nothing, granted USAGE on the table's schema and SELECT
 on exactly the registered tables. Reads (``reading``) take that role in every
-case, so a missing grant is an error, never a read as the login role.
+case, so a missing grant is Forbidden, never a read as the login role.
 
 Privileged steps (create the role, grant, create or drop indexes) are the only
 two functions taking the login role's connection: ``provision`` and ``retire``.
@@ -35,7 +35,7 @@ from psycopg import sql
 from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import class_row
 
-from .errors import Forbidden, InvalidRequest, NotEnabled, NotFound
+from .errors import Conflict, Forbidden, InvalidRequest, NotEnabled, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
 from .models import validate_name
 
@@ -120,11 +120,11 @@ ORDER BY t.depth, n.nspname, c.relname
 
 def _refuse_schema(schema: str, allowed: frozenset[str], what: str) -> None:
     if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
-        raise Forbidden(f"{what} is in {schema}, pgbraid's or PostgreSQL's own schema: "
-                        "entity sources are tables of your own", field="table")
+        raise InvalidRequest(f"{what} is in {schema}, pgbraid's or PostgreSQL's own schema: "
+                             "entity sources are tables of your own", field="table")
     if allowed and schema not in allowed:
-        raise Forbidden(f"{what} is not in a schema PGBRAID_SOURCE_SCHEMAS allows "
-                        f"({', '.join(sorted(allowed))})", field="table")
+        raise InvalidRequest(f"{what} is not in a schema PGBRAID_SOURCE_SCHEMAS allows "
+                             f"({', '.join(sorted(allowed))})", field="table")
 
 
 def check_table(conn: psycopg.Connection, schema: str, table: str,
@@ -138,10 +138,10 @@ def check_table(conn: psycopg.Connection, schema: str, table: str,
         what = (f"{schema}.{table}" if depth == 0
                 else f"{nspname}.{relname}, under {schema}.{table},")
         if relkind not in TABLE_KINDS:
-            raise Forbidden(f"{what} is {KIND_NAMES.get(relkind, 'not a table')}: only ordinary"
-                            " and partitioned tables can be entity sources (views, materialized"
-                            " views and foreign tables read with their owner's rights)",
-                            field="table")
+            raise InvalidRequest(f"{what} is {KIND_NAMES.get(relkind, 'not a table')}: only"
+                                 " ordinary and partitioned tables can be entity sources (views,"
+                                 " materialized views and foreign tables read with their"
+                                 " owner's rights)", field="table")
         _refuse_schema(nspname, allowed, what)
 
 
@@ -186,8 +186,8 @@ def add(conn: psycopg.Connection, source: Source) -> None:
     # The insert did nothing if anyone holds the claim; RLS shows it only if it is ours.
     if conn.execute("SELECT 1 FROM pgbraid.entity_source_tables"
                     " WHERE table_schema = %s AND table_name = %s", where).fetchone() is None:
-        raise Forbidden(f"{source.table_schema}.{source.table_name} is registered as an entity "
-                        "source by another tenant", field="table")
+        raise Conflict(f"{source.table_schema}.{source.table_name} is registered as an entity "
+                       "source by another tenant", field="table")
     row = conn.execute(
         "INSERT INTO pgbraid.entity_sources (name, table_schema, table_name, key_column,"
         " text_columns, scope_columns, language) VALUES (%s, %s, %s, %s, %s, %s, %s::regconfig)"
@@ -195,7 +195,7 @@ def add(conn: psycopg.Connection, source: Source) -> None:
         (source.name, source.table_schema, source.table_name, source.key_column,
          source.text_columns, source.scope_columns, source.language)).fetchone()
     if row is None:
-        raise InvalidRequest(f"entity source {source.name!r} already exists", field="name")
+        raise Conflict(f"entity source {source.name!r} already exists", field="name")
 
 
 def remove(conn: psycopg.Connection, name: str) -> Retired:
@@ -302,9 +302,9 @@ def _source_role(admin: psycopg.Connection, tenant: str) -> str:
         admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB"
                               " NOCREATEROLE NOINHERIT").format(sql.Identifier(role)))
     elif extras[0]:
-        raise Forbidden(f"role {role} exists with more rights than a source reader may hold "
-                        "(login, superuser, BYPASSRLS, memberships or pgbraid's schema): "
-                        "a DBA must drop it", role=role)
+        raise NotEnabled(f"role {role} exists with more rights than a source reader may hold "
+                         "(login, superuser, BYPASSRLS, memberships or pgbraid's schema): "
+                         "a DBA must drop it", role=role)
     if not superuser:  # SET ROLE needs membership; PostgreSQL 16+ gives the creator none
         admin.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
     return role
@@ -370,12 +370,20 @@ def reading(db: "Database", source: Source) -> Iterator[psycopg.Connection]:
     try:
         with db.session(source.tenant, role=role) as conn:
             yield conn
-    except (InsufficientPrivilege, psycopg.errors.InvalidParameterValue) as exc:
-        raise Forbidden(f"entity source {source.name!r} cannot be read: the tenant's source role "
-                        f"{role} is missing, lacks SELECT on {source.table_schema}."
-                        f"{source.table_name}, or the login role may not take it; an admin "
-                        "registering the source again (source delete, source add) grants it",
-                        entity=source.name) from exc
+    except InsufficientPrivilege as exc:  # no grant, or the login role may not take the role
+        raise _unreadable(source, role) from exc
+    except InvalidRequest as exc:  # the session translates class 22: no such role (22023)
+        if isinstance(exc.__cause__, psycopg.errors.InvalidParameterValue):
+            raise _unreadable(source, role) from exc
+        raise
+
+
+def _unreadable(source: Source, role: str) -> Forbidden:
+    return Forbidden(f"entity source {source.name!r} cannot be read: the tenant's source role "
+                     f"{role} is missing, lacks SELECT on {source.table_schema}."
+                     f"{source.table_name}, or the login role may not take it; an admin "
+                     "registering the source again (source delete, source add) grants it",
+                     entity=source.name)
 
 
 def missing_indexes(conn: psycopg.Connection, source: Source) -> list[str]:

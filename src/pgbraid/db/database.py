@@ -9,57 +9,75 @@ which it always takes, whatever the login role.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import BackendTimeout, BackendUnavailable, PgbraidError
+from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from .migrations import migrate
 
 APP_ROLE = "pgbraid_app"
+LEG_WAIT_S = 0.2
+"""How long a leg waits for a pooled connection of its own before it runs, in turn,
+on the search's main session instead (same snapshot either way)."""
 
 
 class Database:
-    def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 4) -> None:
+    def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16,
+                 timeout: float = 10.0) -> None:
         self.dsn = dsn
         self.statement_timeout_ms = statement_timeout_ms
+        self.timeout = timeout
+        """Seconds to wait for a pooled connection (and for the first one)."""
         self._max_size = max_size
         self._pool: ConnectionPool | None = None
+        self._opening = threading.Lock()
         self._drop_role = False
         self.extensions: frozenset[str] = frozenset()
 
     def open(self) -> None:
+        """Open the pool and migrate, once: concurrent first requests wait for one opener."""
         if self._pool is not None:
             return
-        pool = ConnectionPool(
-            self.dsn,
-            min_size=1,
-            max_size=self._max_size,
-            configure=_register_vector,
-            # Every planner or session setting is SET LOCAL inside the transaction, so
-            # server-side prepared statements (after 5 runs) are safe and save planning.
-            kwargs={"autocommit": True},
-            open=False,
-            name="pgbraid",
-        )
+        with self._opening:
+            if self._pool is None:
+                self._pool = self._open_pool()
+
+    def _open_pool(self) -> ConnectionPool:
+        kwargs: dict = {"autocommit": True}
+        if "application_name" not in _conninfo(self.dsn):
+            kwargs["application_name"] = "pgbraid"
+        # Every planner or session setting is SET LOCAL inside the transaction, so
+        # server-side prepared statements (after 5 runs) are safe and save planning.
+        pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size,
+                              configure=_register_vector, kwargs=kwargs, open=False,
+                              timeout=self.timeout, name="pgbraid")
         try:
-            pool.open(wait=True, timeout=15)
+            pool.open(wait=True, timeout=self.timeout)
         except PoolTimeout as exc:
             pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)})") from exc
-        with pool.connection() as conn:
-            migrate(conn)
-            _register_vector(conn)  # the extension may have been created just now
-            row = conn.execute(
-                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            self._drop_role = bool(row and row[0])
-            self.extensions = frozenset(
-                r[0] for r in conn.execute("SELECT extname FROM pg_extension")
-            )
-        self._pool = pool
+            raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)}) "
+                                     f"within {self.timeout:g} s") from exc
+        try:
+            with translate_errors(), pool.connection() as conn:
+                self._inspect(conn)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _inspect(self, conn: psycopg.Connection) -> None:
+        migrate(conn)
+        _register_vector(conn)  # the extension may have been created just now
+        row = conn.execute(
+            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        self._drop_role = bool(row and row[0])
+        self.extensions = frozenset(r[0] for r in conn.execute("SELECT extname FROM pg_extension"))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -71,23 +89,86 @@ class Database:
         """One transaction under the tenant's row-level security (as ``role`` when given)."""
         self.open()
         assert self._pool is not None
+        with translate_errors(), self._pool.connection() as conn, conn.transaction():
+            self._enter(conn, tenant, role)
+            yield conn
+
+    def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
         if role is None:
             role = APP_ROLE if self._drop_role else "none"
-        with self._pool.connection() as conn, translate_errors(), conn.transaction():
-            conn.execute(
-                "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
-                " set_config('statement_timeout', %s, true)",
-                (role, tenant, str(self.statement_timeout_ms)),
-            )
-            yield conn
+        conn.execute(
+            "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
+            " set_config('statement_timeout', %s, true)",
+            (role, tenant, str(self.statement_timeout_ms)),
+        )
+
+    @contextmanager
+    def snapshot(self, tenant: str) -> Iterator["Snapshot"]:
+        """A read-only REPEATABLE READ transaction under the tenant's row-level
+        security: every statement of a search sees one snapshot, and legs on other
+        sessions can share it (``Snapshot.leg``)."""
+        self.open()
+        assert self._pool is not None
+        with translate_errors(), self._pool.connection() as conn:
+            with _explicit(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+                self._enter(conn, tenant)
+                yield Snapshot(self, conn, tenant)
 
     @contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
         """A connection as the login role, outside RLS (index builds, diagnostics)."""
         self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, translate_errors():
+        with translate_errors(), self._pool.connection() as conn:
             yield conn
+
+
+class Snapshot:
+    """One search's snapshot: its main session, and sessions that import it."""
+
+    def __init__(self, db: Database, conn: psycopg.Connection, tenant: str) -> None:
+        self.db = db
+        self.conn = conn
+        self.tenant = tenant
+        self._exported: str | None = None
+
+    def export(self) -> None:
+        """Export the snapshot (on the main session, before legs start in threads)."""
+        if self._exported is None:
+            self._exported = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+
+    @contextmanager
+    def leg(self) -> Iterator[psycopg.Connection | None]:
+        """A session of its own in this snapshot, or None when the pool has none free
+        soon (the caller then runs the leg on the main session)."""
+        assert self._exported is not None and self.db._pool is not None
+        try:
+            conn = self.db._pool.getconn(timeout=LEG_WAIT_S)
+        except PoolTimeout:
+            yield None
+            return
+        try:
+            with translate_errors(), _explicit(conn, sql.SQL(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                    " SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._exported))):
+                self.db._enter(conn, self.tenant)
+                yield conn
+        finally:
+            self.db._pool.putconn(conn)
+
+
+@contextmanager
+def _explicit(conn: psycopg.Connection, begin: str | sql.Composable) -> Iterator[None]:
+    """A transaction begun by our own statement (psycopg's begins have no snapshot
+    import), committed on success and rolled back on any error."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+    conn.commit()
 
 
 def _register_vector(conn: psycopg.Connection) -> None:
@@ -107,16 +188,30 @@ def translate_errors() -> Iterator[None]:
         yield
     except PgbraidError:
         raise
+    except PoolTimeout as exc:
+        raise BackendUnavailable("no PostgreSQL connection came in time: the server is down "
+                                 "or every pooled connection is busy") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise BackendTimeout("PostgreSQL cancelled the statement (statement timeout)") from exc
     except psycopg.OperationalError as exc:
         raise BackendUnavailable(f"PostgreSQL is unavailable: {exc.sqlstate or 'connection lost'}") from exc
+    except psycopg.DataError as exc:  # class 22: a value PostgreSQL cannot take
+        raise InvalidRequest(f"PostgreSQL refused a value of the request "
+                             f"(SQLSTATE {exc.sqlstate or 'none: NUL byte'})") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate cannot be sent as UTF-8
+        raise InvalidRequest("text must not contain lone surrogates (invalid Unicode)") from exc
+
+
+def _conninfo(dsn: str) -> dict:
+    try:
+        return psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}
 
 
 def _safe_dsn(dsn: str) -> str:
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    info = _conninfo(dsn)
+    if not info:
         return "invalid DSN"
     info.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in info.items())

@@ -11,12 +11,13 @@ Nothing downloads weights: ``minilm`` runs the int8 ONNX file of the pinned
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 from typing import Protocol
 
 import numpy as np
 
 from ..errors import InvalidRequest
+from ..models import shown
 
 NAMES = ("minilm", "e5-multilingual", "openai", "none")
 DIMENSIONS = {"minilm": 384, "e5-multilingual": 384}
@@ -34,14 +35,31 @@ class Embedder(Protocol):
 
 def validate_name(name: str) -> str | None:
     if name not in NAMES:
-        raise InvalidRequest(f"unknown embedder {name!r}; use one of {', '.join(NAMES)}",
+        raise InvalidRequest(f"unknown embedder {shown(name)}; use one of {', '.join(NAMES)}",
                              field="embedder")
     return None if name == "none" else name
 
 
-@lru_cache(maxsize=None)
+_loaded: dict[tuple, Embedder] = {}
+_loading = threading.Lock()
+
+
 def get(name: str, **settings: str) -> Embedder:
-    """The embedder (loaded once per process)."""
+    """The embedder, loaded once per process even when many threads first ask at once."""
+    key = (name, tuple(sorted(settings.items())))
+    found = _loaded.get(key)
+    if found is None:
+        with _loading:
+            found = _loaded.get(key)
+            if found is None:
+                found = _loaded[key] = _load_or_unavailable(name, **settings)
+    return found
+
+
+get.cache_clear = _loaded.clear  # type: ignore[attr-defined]  # as functools.lru_cache has
+
+
+def _load_or_unavailable(name: str, **settings: str) -> Embedder:
     try:
         return _load(name, **settings)
     except ImportError as exc:
@@ -63,4 +81,4 @@ def _load(name: str, **settings: str) -> Embedder:
         from .openai import OpenAICompatible
 
         return OpenAICompatible(**settings)
-    raise InvalidRequest(f"unknown embedder {name!r}", field="embedder")
+    raise InvalidRequest(f"unknown embedder {shown(name)}", field="embedder")

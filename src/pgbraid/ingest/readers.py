@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..models import parse_classifications
+from ..models import check_json, check_text, parse_classifications, validate_document_id
+from ..strategies.vector.store import check_vector
 from ..errors import InvalidRequest
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
@@ -132,6 +133,8 @@ def _parse_line(raw: bytes, where: str, fields: FieldMap) -> SourceDocument | Re
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         return ReadError(where, f"malformed JSON: {exc.msg} (column {exc.colno})")
+    except RecursionError:
+        return ReadError(where, "the JSON nests too deeply")
     if not isinstance(record, dict):
         return ReadError(where, "a line must be a JSON object")
     try:
@@ -148,28 +151,29 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
         doc_id = str(doc_id)
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise InvalidRequest(f"missing or empty id field {fields.id!r}", field=fields.id)
-    if len(doc_id) > 1000:
-        raise InvalidRequest("id is longer than 1000 characters", field=fields.id)
+    validate_document_id(doc_id, fields.id)
     text = record.get(fields.text)
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest(f"missing or empty text field {fields.text!r}", field=fields.text)
-    if "\x00" in text or "\x00" in doc_id:
-        raise InvalidRequest("text contains NUL bytes", field=fields.text)
+    check_text(text, "text", fields.text)
     if len(text) > MAX_DOCUMENT_CHARS:
         raise InvalidRequest(f"text is longer than {MAX_DOCUMENT_CHARS} characters")
     title = record.get(fields.title)
     if title is not None and not isinstance(title, str):
         raise InvalidRequest(f"title field {fields.title!r} must be a string", field=fields.title)
+    if title is not None:
+        check_text(title.replace("\x00", ""), "title", fields.title)
     metadata = record.get(fields.metadata) or {}
     if not isinstance(metadata, dict):
         raise InvalidRequest(f"metadata field {fields.metadata!r} must be an object")
     known = {fields.id, fields.title, fields.text, fields.metadata, fields.classification,
              fields.language, "embedding"}
     extra = {k: v for k, v in record.items() if k not in known}
+    check_json({**extra, **metadata}, "metadata")
     classification = record.get(fields.classification)
     language = record.get(fields.language)
-    if language is not None and not isinstance(language, str):
-        raise InvalidRequest(f"language field {fields.language!r} must be a string")
+    if language is not None and (not isinstance(language, str) or len(language) > 64):
+        raise InvalidRequest(f"language field {fields.language!r} must be a language name")
     return SourceDocument(
         id=doc_id,
         text=text,
@@ -185,11 +189,5 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
 def _embedding(value: Any) -> list[float] | None:
     if value is None:
         return None
-    import math
-
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
-        raise InvalidRequest("embedding must be a non-empty list of numbers", field="embedding")
-    if not all(math.isfinite(v) for v in value):
-        raise InvalidRequest("embedding contains NaN or infinity", field="embedding")
+    check_vector(value, None, "embedding", nonzero=True)  # its dimension: when it is written
     return [float(v) for v in value]

@@ -21,9 +21,9 @@ import numpy as np
 import psycopg
 
 from ..embedders import Embedder
-from ..errors import PgbraidError
+from ..errors import NotFound, PgbraidError
 from ..pipelines import Pipeline
-from ..vectors import check_vector
+from ..strategies.vector.store import check_vector
 from . import bm25_index
 from .bm25_index import Pending
 from .prepare import Prepared, prepare
@@ -120,7 +120,9 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
         if previous and previous[1] == prepared.digest:
             return "unchanged", 0
 
-    number = (current or 0) + 1
+    # After a delete current_version is NULL, but the old versions stay readable.
+    number = conn.execute("SELECT coalesce(max(version), 0) + 1 FROM pgbraid.versions"
+                          " WHERE document_id = %s", (document_id,)).fetchone()[0]
     version_id = conn.execute(
         "INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,"
         " classifications, language, source) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -162,6 +164,21 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
             if not cur.nextset():
                 break
     return ids
+
+
+def delete_document(conn: psycopg.Connection, pipeline: Pipeline, external_id: str) -> int:
+    """Expire a document's current version (it stays readable point-in-time); returns
+    the version expired. Re-ingesting the id later makes the next version."""
+    row = conn.execute("SELECT id, current_version FROM pgbraid.documents"
+                       " WHERE pipeline_id = %s AND external_id = %s FOR UPDATE",
+                       (pipeline.id, external_id)).fetchone()
+    if row is None or row[1] is None:
+        raise NotFound(f"document {external_id!r} does not exist", document_id=external_id)
+    version_id = conn.execute("SELECT id FROM pgbraid.versions WHERE document_id = %s"
+                              " AND version = %s", row).fetchone()[0]
+    _expire(conn, pipeline, version_id)
+    conn.execute("UPDATE pgbraid.documents SET current_version = NULL WHERE id = %s", (row[0],))
+    return row[1]
 
 
 def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidRequest
+from ..models import shown
 from .base import Strategy
 from .bm25 import BM25
 from .fulltext import FullText
@@ -28,5 +29,5 @@ def get(name: str) -> Strategy:
     strategy = REGISTRY.get(key)
     if strategy is None:
         known = ", ".join(sorted([*REGISTRY, *ALIASES, "hybrid", "auto"]))
-        raise InvalidRequest(f"unknown search type {name!r}; use one of: {known}", field="type")
+        raise InvalidRequest(f"unknown search type {shown(name)}; use one of: {known}", field="type")
     return strategy

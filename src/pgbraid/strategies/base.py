@@ -15,7 +15,7 @@ import psycopg
 
 from ..models import SearchRequest
 from ..pipelines import Pipeline
-from ..scope import Scope
+from ..scope import FilterLimits, Scope
 
 # Every strategy returns rows of these columns, best first.
 HIT_COLUMNS = """
@@ -63,6 +63,8 @@ class Context:
     """The client's cache of BM25 posting arrays (a bm25_postings.PostingsCache), or None."""
     languages: Any = None
     """The client's knowledge of monolingual pipelines (a query_language.QueryLanguages), or None."""
+    filter_limits: FilterLimits = FilterLimits()
+    """How large a request's filter may be (settings)."""
 
 
 class Strategy(ABC):

@@ -37,7 +37,7 @@ from psycopg.rows import dict_row
 
 from ..errors import InvalidRequest, NotEnabled
 from ..ingest.tokens import expand_code
-from ..models import SearchRequest
+from ..models import SearchRequest, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from . import bm25_postings, query_language
@@ -152,10 +152,7 @@ def idf(df: int, n: int) -> float:
 
 
 def _number(request: SearchRequest, name: str, default: float, low: float, high: float) -> float:
-    value = request.params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise InvalidRequest(f"params.{name} must be a number from {low} to {high}", field=name)
-    return float(value)
+    return number(request.params, name, default, low, high)
 
 
 class BM25(Strategy):

@@ -19,8 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from ..errors import InvalidRequest
-from ..models import SearchRequest
+from ..models import SearchRequest, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from . import query_language
@@ -65,12 +64,8 @@ class FullText(Strategy):
         return None
 
     def validate(self, request: SearchRequest, context: Context) -> None:
-        threshold = request.params.get("threshold", 0.0)
-        if threshold is None:
-            return
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0:
-            raise InvalidRequest("params.threshold (minimum rank) must be a number >= 0",
-                                 field="threshold")
+        number(request.params, "threshold", 0.0, 0.0, nullable=True,
+               label="params.threshold (minimum rank)")
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from ..errors import InvalidRequest
-from ..models import SearchRequest
+from ..models import SearchRequest, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
@@ -45,13 +45,8 @@ ORDER BY c.score DESC, c.whole DESC, f.id
 
 
 def threshold_of(request: SearchRequest) -> float:
-    value = request.params.get("threshold", DEFAULT_THRESHOLD)
-    if value is None:
-        return DEFAULT_THRESHOLD
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InvalidRequest("params.threshold (minimum similarity) must be a number from 0 to 1",
-                             field="threshold")
-    return float(value)
+    return number(request.params, "threshold", DEFAULT_THRESHOLD, 0.0, 1.0, nullable=True,
+                  label="params.threshold (minimum similarity)")
 
 
 class Fuzzy(Strategy):

@@ -32,9 +32,12 @@ LIMIT %(k)s
 """
 
 
+def ensure_index(owner: psycopg.Connection) -> None:
+    owner.execute(_INDEX)
+
+
 def run_pg_search(conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
                   scope: Scope, k: int) -> Outcome:
-    conn.execute(_INDEX)
     where, params = scope.where("f")
     statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
     with conn.cursor(row_factory=class_row(Row)) as cur:

@@ -32,11 +32,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..errors import InvalidRequest, NotEnabled, NotFound
-from ..models import SearchRequest
-from ..pipelines import Pipeline
-from ..scope import Scope
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ...errors import InvalidRequest, NotEnabled, NotFound
+from ...models import SearchRequest, check_text, number, shown
+from ...pipelines import Pipeline
+from ...scope import Scope
+from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
 MEASURES = ("jaccard", "cosine", "adamic-adar")
 DIRECTIONS = ("out", "in", "both")
@@ -160,6 +160,20 @@ def _types(request: SearchRequest) -> list[str] | None:
     return value
 
 
+def _check_names(request: SearchRequest) -> None:
+    """Edge types, the seed and vertex types: text PostgreSQL can compare (a seed may be an int)."""
+    for name in _types(request) or ():
+        check_text(name, "params.edge_types", "edge_types")
+    for key in ("seed", "seed_type", "neighbour_type", "candidate_type"):
+        value = request.params.get(key)
+        if key == "seed" and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequest(f"params.{key} must be a string", field=key)
+        if value is not None:
+            check_text(value, f"params.{key}", key)
+
+
 class Graph(Strategy):
     name = "graph"
     description = "shared-neighbour similarity and k-hop walks over the pipeline's edges"
@@ -168,14 +182,9 @@ class Graph(Strategy):
         mode = _param(request, "mode", "similar", MODES)
         _param(request, "measure", "jaccard", MEASURES)
         _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
-        _types(request)
-        hops = request.params.get("hops", 2)
-        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
-            raise InvalidRequest("params.hops must be 1, 2 or 3", field="hops")
-        cap = request.params.get("max_fanout", 100)
-        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 100_000:
-            raise InvalidRequest("params.max_fanout must be an integer from 1 to 100000",
-                                 field="max_fanout")
+        _check_names(request)
+        number(request.params, "hops", 2, 1, 3, integer=True)
+        number(request.params, "max_fanout", 100, 1, 100_000, integer=True)
         if request.params.get("engine", "pgbraid") not in ("pgbraid", "age"):
             raise InvalidRequest("params.engine must be pgbraid or age", field="engine")
         if request.params.get("engine") == "age" and not context.age:
@@ -195,7 +204,7 @@ class Graph(Strategy):
         for key in ("seed_type", "neighbour_type", "candidate_type"):
             value = request.params.get(key)
             if value is not None and value not in known["vertices"]:
-                raise InvalidRequest(f"unknown vertex type {value!r}; this pipeline has "
+                raise InvalidRequest(f"unknown vertex type {shown(value)}; this pipeline has "
                                      f"{known['vertices']}", field=key)
         seed, how = _seed(conn, pipeline.id, request)
         mode = _param(request, "mode", "similar", MODES)
@@ -319,13 +328,18 @@ def _keys(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
 
 
 def _document_hits(conn: psycopg.Connection, scope: Scope, entities: list[dict]) -> list[Row]:
+    """Each entity's documents within scope; entities keep only those (never the ids of
+    documents the reader may not see), and the best entity citing a document cites it."""
     wanted = {doc: e for e in reversed(entities) for doc in e.get("documents") or []}
-    if not wanted:
-        return []
-    where, params = scope.where("f")
-    statement = sql.SQL(_DOCUMENT_HITS).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
-    with conn.cursor(row_factory=dict_row) as cur:
-        found = cur.execute(statement, {**params, "ids": list(wanted)}).fetchall()
+    found: list[dict] = []
+    if wanted:
+        where, params = scope.where("f")
+        statement = sql.SQL(_DOCUMENT_HITS).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+        with conn.cursor(row_factory=dict_row) as cur:
+            found = cur.execute(statement, {**params, "ids": list(wanted)}).fetchall()
+    visible = {record["document_id"] for record in found}
+    for entity in entities:
+        entity["documents"] = [d for d in entity.get("documents") or [] if d in visible]
     rows = []
     for record in found:
         entity = wanted[record["document_id"]]

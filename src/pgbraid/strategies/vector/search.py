@@ -25,12 +25,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..errors import BackendUnavailable, InvalidRequest
-from ..models import SearchRequest
-from ..pipelines import Pipeline
-from ..scope import Scope
-from ..vectors import Distance, check_vector, distance
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ...errors import BackendUnavailable, InvalidRequest
+from ...models import SearchRequest, number, shown
+from ...pipelines import Pipeline
+from ...scope import Scope
+from .store import Distance, check_vector, distance
+from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
 _NEAREST = """
 SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}
@@ -44,24 +44,16 @@ LIMIT %(k)s
 """
 
 
-def _number(request: SearchRequest, name: str, default: Any, low: float, high: float | None) -> Any:
-    value = request.params.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (
-            high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise InvalidRequest(f"params.{name} must be a number {bound}", field=name)
-    return value
-
-
 class _Vector(Strategy):
     def validate(self, request: SearchRequest, context: Context) -> None:
         distance(request.distance_strategy)
-        _number(request, "threshold", None, float("-inf"), None)
+        number(request.params, "threshold", None, nullable=True)
         embedder = request.params.get("embedder")
         if embedder is not None and not isinstance(embedder, str):
             raise InvalidRequest("params.embedder must be a name", field="embedder")
+        if "vector" in request.params:  # its dimension is checked against the pipeline's later
+            check_vector(request.params["vector"], None, "params.vector",
+                         nonzero=request.distance_strategy == "cosine")
 
     def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
         if "vector" not in context.extensions:
@@ -76,10 +68,11 @@ class _Vector(Strategy):
         asked = request.params.get("embedder")
         if asked is not None and asked != pipeline.embedder:
             raise InvalidRequest(f"pipeline {pipeline.name!r} was embedded with "
-                                 f"{pipeline.embedder!r}, not {asked!r}: its vectors are not "
+                                 f"{pipeline.embedder!r}, not {shown(asked)}: its vectors are not "
                                  "comparable", field="embedder")
         if "vector" in request.params:
-            return check_vector(request.params["vector"], pipeline.dimension or 0, "params.vector"), 0.0
+            return check_vector(request.params["vector"], pipeline.dimension or 0, "params.vector",
+                                nonzero=request.distance_strategy == "cosine"), 0.0
         started = time.perf_counter()
         try:
             vector = context.embedder(pipeline.embedder).embed_query(request.query)
@@ -113,7 +106,7 @@ class Similarity(_Vector):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         strategy = distance(request.distance_strategy)
-        threshold = _number(request, "threshold", None, float("-inf"), None)
+        threshold = number(request.params, "threshold", None, nullable=True)
         vector, embed_ms = self.query_vector(pipeline, request, context)
         rows = [Row(**r) for r in self.nearest(conn, pipeline, scope, vector, strategy, k)]
         if threshold is not None:
@@ -131,20 +124,20 @@ class MMR(_Vector):
     def validate(self, request: SearchRequest, context: Context) -> None:
         super().validate(request, context)
         k = request.k
-        fetch_k = _number(request, "fetch_k", max(10, 2 * k), 0, 10_000)
-        if not isinstance(fetch_k, int):
-            raise InvalidRequest("params.fetch_k must be an integer", field="fetch_k")
+        fetch_k = number(request.params, "fetch_k", max(10, 2 * k), 0, 10_000, integer=True,
+                         nullable=True)
         if fetch_k < k:
             raise InvalidRequest(f"params.fetch_k ({fetch_k}) must be at least k ({k})",
                                  field="fetch_k")
-        _number(request, "lambda_mult", 0.5, 0.0, 1.0)
+        number(request.params, "lambda_mult", 0.5, 0.0, 1.0, nullable=True)
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         strategy = distance(request.distance_strategy)
-        fetch_k = max(_number(request, "fetch_k", max(10, 2 * request.k), 0, 10_000), k)
-        lambda_mult = float(_number(request, "lambda_mult", 0.5, 0.0, 1.0))
-        threshold = _number(request, "threshold", None, float("-inf"), None)
+        fetch_k = max(number(request.params, "fetch_k", max(10, 2 * request.k), 0, 10_000,
+                             integer=True, nullable=True), k)
+        lambda_mult = number(request.params, "lambda_mult", 0.5, 0.0, 1.0, nullable=True)
+        threshold = number(request.params, "threshold", None, nullable=True)
         vector, embed_ms = self.query_vector(pipeline, request, context)
         candidates = self.nearest(conn, pipeline, scope, vector, strategy, fetch_k, with_vectors=True)
         if threshold is not None:

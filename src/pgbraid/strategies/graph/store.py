@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import psycopg
 
-from .errors import InvalidRequest, NotFound
+from ...errors import InvalidRequest, NotFound
 
 MAX_REPORTED = 20
 CHUNK = 50_000  # rows per statement: a large load stays in one transaction, each statement short

@@ -15,7 +15,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .errors import InvalidRequest
+from ...errors import InvalidRequest
+from ...models import shown
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ DISTANCES = {d.name: d for d in [
 def distance(name: str) -> Distance:
     found = DISTANCES.get(name)
     if found is None:
-        raise InvalidRequest(f"unknown distance_strategy {name!r}; use one of "
+        raise InvalidRequest(f"unknown distance_strategy {shown(name)}; use one of "
                              f"{', '.join(DISTANCES)} (max-inner-product is not supported)",
                              field="distance_strategy")
     return found
@@ -69,14 +70,27 @@ def drop_indexes(conn: psycopg.Connection, pipeline_id: int) -> None:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS pgbraid.{}").format(index_name(pipeline_id, strategy)))
 
 
-def check_vector(values: object, dimension: int, what: str) -> np.ndarray:
-    """A supplied vector: a list of `dimension` finite numbers."""
-    if not isinstance(values, (list, tuple)) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        raise InvalidRequest(f"{what} must be a list of numbers", field=what)
-    if len(values) != dimension:
+MAX_DIMENSION = 16_000  # pgvector's limit for the vector type
+
+
+def check_vector(values: object, dimension: int | None, what: str, *,
+                 nonzero: bool = False) -> np.ndarray:
+    """A supplied vector: a list of ``dimension`` (any, when None) numbers, finite as float32,
+    and not all zero when ``nonzero`` (the cosine distance of a zero vector is NaN)."""
+    if (not isinstance(values, (list, tuple)) or not values or len(values) > MAX_DIMENSION
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+        raise InvalidRequest(f"{what} must be a list of 1 to {MAX_DIMENSION} numbers", field=what)
+    if dimension is not None and len(values) != dimension:
         raise InvalidRequest(f"{what} has {len(values)} dimensions; the pipeline's embedder has "
                              f"{dimension}", field=what)
-    if not all(math.isfinite(v) for v in values):
-        raise InvalidRequest(f"{what} contains NaN or infinity", field=what)
-    return np.asarray(values, dtype=np.float32)
+    try:
+        vector = np.asarray(values, dtype=np.float64)
+    except OverflowError:  # an int beyond float range
+        vector = np.asarray([math.inf])
+    if not np.isfinite(vector).all() or np.abs(vector).max() > np.finfo(np.float32).max:
+        raise InvalidRequest(f"{what} contains NaN or infinity (or a value beyond float32)",
+                             field=what)
+    if nonzero and not np.any(vector):
+        raise InvalidRequest(f"{what} is all zeros: it has no direction, so its cosine "
+                             "distance to anything is undefined", field=what)
+    return vector.astype(np.float32)

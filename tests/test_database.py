@@ -1,0 +1,59 @@
+"""The pool: opened once under concurrent first requests, sized and timed from settings."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from psycopg_pool import ConnectionPool
+
+import pgbraid
+from pgbraid.db import database
+
+
+def test_concurrent_first_searches_open_one_pool(server, pipeline, superuser, monkeypatch):
+    opened: list[ConnectionPool] = []
+
+    class CountedPool(ConnectionPool):  # the real pool, counted
+        def __init__(self, *args, **kwargs) -> None:
+            opened.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(database, "ConnectionPool", CountedPool)
+    app_name = f"open-race-{uuid.uuid4().hex[:8]}"
+    dsn = f"{server.status().dsn} application_name={app_name}"
+    errors: list[BaseException] = []
+    start = threading.Barrier(12)
+    with pgbraid.connect(dsn=dsn, pool_size=2) as fresh:
+
+        def first_search() -> None:
+            start.wait()
+            try:
+                fresh.search(pipeline, "pump")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=first_search) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not errors, errors
+        assert len(opened) == 1
+        (connections,) = superuser.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (app_name,)).fetchone()
+        assert 1 <= connections <= 2
+
+
+def test_pool_size_and_timeout_come_from_settings(monkeypatch, data_dir, server):
+    monkeypatch.setenv("PGBRAID_POOL_SIZE", "3")
+    monkeypatch.setenv("PGBRAID_POOL_TIMEOUT", "2.5")
+    with pgbraid.connect(data_dir=data_dir) as client:
+        client.pipelines()
+        assert (client._db._pool.max_size, client._db._pool.timeout) == (3, 2.5)
+    with pgbraid.connect(data_dir=data_dir) as client:
+        assert client.settings.pool_size == 3
+    monkeypatch.delenv("PGBRAID_POOL_SIZE")
+    with pgbraid.connect(data_dir=data_dir) as client:
+        assert client.settings.pool_size == 16 and client._db._max_size == 16

@@ -1,0 +1,136 @@
+"""Non-interference: a reader's responses do not change when content it may not see
+changes — secret documents (some German) added, changed and removed, secret documents
+cited by graph entities, another tenant's pipeline of the same name.
+
+The walk covers every entry of the strategy registry (a new strategy falls under it
+with the default request), hybrid and auto, graph modes, grounding, document reads,
+version listings and pipeline counts. Timings are the only values allowed to differ.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+import pgbraid
+from pgbraid import strategies
+from pgbraid.scope import Principal
+
+QUERY = "reactor maintenance schedule"
+PUBLIC = [
+    {"id": "p1", "title": "Reactor handbook", "text": "The reactor maintenance schedule is weekly."},
+    {"id": "p2", "title": "Visitor centre", "text": "Reactor visitor centre opening hours."},
+    {"id": "p3", "title": "APT29 report", "text": "APT29 uses spearphishing and PowerShell."},
+    {"id": "p4", "title": "Cozy Bear", "text": "Cozy Bear shares techniques with APT29."},
+]
+INTERNAL = [
+    {"id": "i1", "title": "Maintenance crew", "text": "Internal maintenance crew rota for the reactor.",
+     "classification": ["internal"]},
+    {"id": "i2", "title": "Turla notes", "text": "Turla uses PowerShell too.",
+     "classification": ["internal"]},
+]
+
+
+def secret_documents(version: int) -> list[dict[str, Any]]:
+    """Out of the reader's scope: words it searches for, another language, a graph citation."""
+    return [{"id": f"s{i}", "title": f"Reactor secret {i}",
+             "text": f"Secret reactor maintenance schedule number {i} revision {version}.",
+             "classification": ["secret"]} for i in range(6)] + [
+        {"id": "s-de", "text": f"Der geheime Wartungsplan des Reaktors, Fassung {version}. "
+                               "Die Wartung beginnt montags.", "classification": ["secret"],
+         "language": "german"},
+        {"id": "s-apt", "title": "APT29 secret", "text": f"APT29 secret tasking {version}.",
+         "classification": ["secret"]}]
+
+
+VERTICES = [("group", "G1", "APT29", ["p3", "s-apt"]), ("group", "G2", "Cozy Bear", ["p4"]),
+            ("group", "G3", "Turla", ["i2"]), ("technique", "T1", "Spearphishing", []),
+            ("technique", "T2", "PowerShell", []), ("technique", "T3", "Valid Accounts", [])]
+EDGES = [("group", "G1", "uses", "technique", "T1"), ("group", "G1", "uses", "technique", "T2"),
+         ("group", "G2", "uses", "technique", "T1"), ("group", "G2", "uses", "technique", "T2"),
+         ("group", "G3", "uses", "technique", "T2"), ("group", "G3", "uses", "technique", "T3")]
+
+# Requests beyond the default ({"query": QUERY}) that a strategy needs to say something.
+SPECIAL = {
+    "graph": [{"query": "APT29", "params": {"k": 10, "mode": "similar"}},
+              {"query": "APT29", "params": {"k": 10, "mode": "neighbours", "hops": 2}}],
+}
+FUSED = [{"type": "hybrid", "query": QUERY}, {"type": "auto", "query": QUERY},
+         {"type": "auto", "query": "APT29"}, {"type": "hybrid", "query": "CVE-2021-44228 reactor"},
+         {"type": "fulltext", "query": "reactor zebra"},  # a zero-hit explanation
+         {"type": "bm25", "query": "zebra quagga"}]
+
+
+def requests() -> list[dict[str, Any]]:
+    walked = []
+    for name in strategies.REGISTRY:
+        for extra in SPECIAL.get(name, [{"query": QUERY, "params": {"k": 10}}]):
+            walked.append({"type": name, **extra})
+    return walked + FUSED
+
+
+def strip_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: strip_timings(v) for k, v in value.items() if k != "ms" and not k.endswith("_ms")}
+    if isinstance(value, list):
+        return [strip_timings(v) for v in value]
+    return value
+
+
+@pytest.fixture()
+def world(data_dir, server, superuser):
+    name = f"ni-{uuid.uuid4().hex[:8]}"
+    table = f"suppliers_{uuid.uuid4().hex[:6]}"
+    superuser.execute(f"CREATE TABLE {table} (id serial PRIMARY KEY, name text NOT NULL)")
+    superuser.execute(f"INSERT INTO {table} (name) VALUES ('Acme Metal Fabrication'), ('Apex Tools')")
+    with pgbraid.connect(data_dir=data_dir) as admin:
+        admin.define_classification("secret", implies=["internal"])
+        admin.create_pipeline(name)  # the default embedder: similarity and mmr run too
+        admin.ingest(name, PUBLIC + INTERNAL)
+        admin.load_graph_records(name, VERTICES, EDGES)
+        admin.add_source(f"src_{table}", table=table, key="id", text="name", create_indexes=True)
+    return name, f"src_{table}"
+
+
+def observe(reader: pgbraid.Client, pipeline: str, source: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for n, request in enumerate(requests()):
+        body = reader.search(pipeline, **request).model_dump(mode="json")
+        seen[f"{n}:{request['type']}:{request['query']}"] = strip_timings(body)
+    seen["document"] = reader.document(pipeline, "p1")
+    seen["versions"] = reader.versions(pipeline, "p1")
+    seen["pipeline"] = reader.pipeline(pipeline).model_dump()
+    seen["pipelines"] = [p.model_dump() for p in reader.pipelines() if p.name == pipeline]
+    seen["ground"] = strip_timings(reader.ground(source, "Acme Metal Fabricaton"))
+    return seen
+
+
+def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world):
+    pipeline, source = world
+    holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
+    with pgbraid.connect(data_dir=data_dir, principal=holder) as reader, \
+            pgbraid.connect(data_dir=data_dir) as admin, \
+            pgbraid.connect(data_dir=data_dir, tenant="other") as other:
+        before = observe(reader, pipeline, source)
+        assert before[f"0:{next(iter(strategies.REGISTRY))}:{QUERY}"]["hits"], "walk found nothing"
+        phases = {
+            "added": lambda: admin.ingest(pipeline, secret_documents(1)),
+            "changed": lambda: admin.ingest(pipeline, secret_documents(2)),
+            "removed": lambda: [admin.delete_document(pipeline, d["id"]) for d in secret_documents(2)],
+            "other tenant": lambda: (other.create_pipeline(pipeline, embedder="none"),
+                                     other.ingest(pipeline, PUBLIC + secret_documents(1))),
+        }
+        changed = {}
+        for phase, change in phases.items():
+            change()
+            after = observe(reader, pipeline, source)
+            changed[phase] = [key for key in before if after[key] != before[key]]
+        assert changed == {phase: [] for phase in phases}, "responses changed"
+
+
+def test_the_walk_covers_every_strategy():
+    walked = {r["type"] for r in requests()}
+    assert set(strategies.REGISTRY) <= walked
+    assert {"hybrid", "auto"} <= walked
