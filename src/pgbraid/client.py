@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import documents, embedders, grounding, pipelines, sources
+from . import embedders, grounding, pipelines, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings

@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
-from .cli import JsonOpt, app, connect, console, emit, handled
-from .errors import InvalidRequest
-from .output import show_mapping
+from ..client import connect
+from ..errors import InvalidRequest
+from ..output import console, show_mapping
+from .base import JsonOpt, app, emit, handled
 
 edges_app = typer.Typer(no_args_is_help=True, help="A pipeline's graph: vertices and edges.")
 app.add_typer(edges_app, name="edges")
