@@ -143,7 +143,7 @@ def _request(query: str, type_: str, k: int, classification: Optional[str], filt
 
 @app.command()
 def search(pipeline: str, query: Optional[str] = typer.Argument(None),
-           type_: str = typer.Option("fulltext", "--type", "-t", help="Search type."),
+           type_: str = typer.Option("auto", "--type", "-t", help="Search type (default auto: the planner picks the mix)."),
            k: int = typer.Option(5, "--k", "-k", help="Number of hits."),
            classification: Optional[str] = typer.Option(None, help="Classifications held, comma-separated."),
            filter_: Optional[str] = typer.Option(None, "--filter", help="Metadata filter as JSON."),
