@@ -49,9 +49,12 @@ def test_bad_input_is_one_error_shape_and_exit_2(env, cli_pipeline, args, fragme
 
 
 def test_search_human_output_is_a_table_with_trace(env, cli_pipeline):
-    result = run(env, "search", cli_pipeline, "maintenance")
+    result = run(env, "search", cli_pipeline, "maintenance")  # the default type is auto
     assert result.exit_code == 0
-    assert "d1" in result.stdout and "trace" in result.stdout and "fulltext: ran, 2 hits" in result.stdout
+    assert "d1" in result.stdout and "trace" in result.stdout and "bm25: ran, 2 hits" in result.stdout
+    assert "similarity: skipped" in result.stdout  # no embedder: the plan says so and answers
+    result = run(env, "search", cli_pipeline, "maintenance", "--type", "fulltext")
+    assert "fulltext: ran, 2 hits" in result.stdout
 
 
 def test_batch_mode_prints_one_json_line_per_query(env, cli_pipeline, tmp_path):

@@ -6,7 +6,9 @@ import csv
 import json
 import uuid
 
+import psycopg
 import pytest
+from psycopg import sql
 from typer.testing import CliRunner
 
 import pgbraid
@@ -27,11 +29,13 @@ def suppliers(data_dir, server):
     rows = [(name, STATES[i % len(STATES)]) for i, name in enumerate(names)]
     rows.append(("Acme Metal Fabrication", "TX"))
     rows.append(("Acme Metal Fabrication", "TX"))  # two suppliers with one name in one state
-    with pgbraid.connect(data_dir=data_dir) as client, client._db.admin() as admin:
-        admin.execute(f"CREATE TABLE {table} (supplier_id serial PRIMARY KEY,"
-                      " supplier_name text NOT NULL, state text NOT NULL)")
+    with psycopg.connect(server.status().dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE TABLE {} (supplier_id serial PRIMARY KEY,"
+                              " supplier_name text NOT NULL, state text NOT NULL)").format(
+                                  sql.Identifier(table)))
         with admin.cursor() as cur:
-            cur.executemany(f"INSERT INTO {table} (supplier_name, state) VALUES (%s, %s)", rows)
+            cur.executemany(sql.SQL("INSERT INTO {} (supplier_name, state) VALUES (%s, %s)").format(
+                sql.Identifier(table)), rows)
     with pgbraid.connect(data_dir=data_dir) as client:
         client.add_source(f"s_{table}", table=table, key="supplier_id", text="supplier_name",
                           scope="state", create_indexes=True)
@@ -113,15 +117,16 @@ def test_a_gated_strategy_is_skipped_and_sends_nothing():
     ({"table": "{t}", "key": "nope", "text": "supplier_name"}, "no key column"),
     ({"table": "{t}", "key": "supplier_id", "text": "supplier_name", "scope": "region"}, "no scope column"),
 ])
-def test_bad_sources_create_nothing(client, suppliers, kwargs, fragment):
+def test_bad_sources_create_nothing(client, superuser, suppliers, kwargs, fragment):
     _, table, _ = suppliers
     kwargs = {k: (v.replace("{t}", table) if isinstance(v, str) else v) for k, v in kwargs.items()}
     name = f"bad_{uuid.uuid4().hex[:6]}"
     with pytest.raises(InvalidRequest, match=fragment):
         client.add_source(name, **kwargs)
     assert name not in {s["name"] for s in client.sources()}
-    with client._db.admin() as admin:  # the table survived the injection attempt
-        assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 2002
+    # the table survived the injection attempt
+    count = superuser.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+    assert count.fetchone()[0] == 2002
 
 
 def test_bad_ground_requests(client, suppliers):

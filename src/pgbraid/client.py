@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import apikeys, documents, embedders, grounding, pipelines, sources
+from . import apikeys, embedders, grounding, pipelines, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -289,34 +289,37 @@ class Client:
     def add_source(self, name: str, *, table: str, key: str, text: list[str] | str,
                    scope: list[str] | str = (), schema: str = "public", language: str = "english",
                    create_indexes: bool = False) -> dict[str, Any]:
-        """Register a table of your own as an entity source (checked against the catalog)."""
+        """Register a table of your own as an entity source (checked against the catalog), and
+        grant the tenant's source role SELECT on it: all or nothing."""
         self.principal.require_tenant_admin("registering an entity source")
         text = [text] if isinstance(text, str) else list(text)
         scope = [scope] if isinstance(scope, str) else list(scope)
-        with self._db.admin() as admin:
-            source = sources.check(admin, name, table=table, key=key, text=text, scope=scope,
-                                   schema=schema, language=language)
+        allowed = sources.allowed_schemas(self.settings.source_schemas)
         with self._session() as conn:
+            source = sources.check(conn, self.tenant, name, table=table, key=key, text=text,
+                                   scope=scope, schema=schema, language=language, allowed=allowed)
             sources.add(conn, source)
-        if create_indexes:
+            # Inside the session: if the grant or an index fails, the registration rolls back.
             with self._db.admin() as admin:
-                sources.create_indexes(admin, source)
+                sources.provision(admin, source, indexes=create_indexes, allowed=allowed)
         return self.source(name)
 
     def remove_source(self, name: str) -> None:
-        """Unregister an entity source (the table itself is untouched)."""
+        """Unregister a source: drop its indexes, revoke the grants no other source needs."""
         self.principal.require_tenant_admin("removing an entity source")
         validate_name("entity source", name)
         with self._session() as conn:
-            sources.remove(conn, name)
+            retired = sources.remove(conn, name)
+            with self._db.admin() as admin:
+                sources.retire(admin, retired)
 
     def source(self, name: str) -> dict[str, Any]:
         self.principal.require(ANY_PIPELINE, "read")
         validate_name("entity source", name)
         with self._session() as conn:
             source = sources.get(conn, name)
-        with self._db.admin() as admin:
-            missing = sources.missing_indexes(admin, source)
+        with sources.reading(self._db, source) as conn:
+            missing = sources.missing_indexes(conn, source)
         return {**source.as_dict(), "missing_indexes": missing}
 
     def sources(self) -> list[dict[str, Any]]:
@@ -334,9 +337,8 @@ class Client:
         _check_lookup(name, query, scope)
         with self._session() as conn:
             source = sources.get(conn, name)
-        with self._db.admin() as admin:
-            return grounding.candidates(admin, source, type, query, scope or {},
-                                        self.settings.statement_timeout_ms, limit=k)
+        with sources.reading(self._db, source) as conn:
+            return grounding.candidates(conn, source, type, query, scope or {}, limit=k)
 
     def ground(self, entity: str, value: str, *, scope: dict[str, Any] | None = None,
                strategies: list[str] | None = None) -> dict[str, Any]:
@@ -346,10 +348,10 @@ class Client:
 
         def load():
             with self._session() as conn:
-                return sources.get(conn, entity), self._db.admin
+                source = sources.get(conn, entity)
+            return source, lambda: sources.reading(self._db, source)
         return grounding.ground(load, entity, value, scope=scope, strategies=strategies,
-                                gates=grounding.Gates(pgsearch=self.settings.pgsearch),
-                                timeout_ms=self.settings.statement_timeout_ms)
+                                gates=grounding.Gates(pgsearch=self.settings.pgsearch))
 
     def close(self) -> None:
         if not self._borrowed:

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     max_query_chars: int = 10_000
     max_k: int = 1_000
     postings_cache_mb: int = 256
+    source_schemas: str = ""
+    """Comma-separated schemas entity sources may come from (empty: any schema but pgbraid's,
+    information_schema and pg_*, which are always refused)."""
     """Memory for cached BM25 posting arrays per client process (0: read them every query)."""
     pool_size: int = Field(16, ge=1, le=1000)
     """Connections per client process. A hybrid search holds one per leg (up to 4) plus one

@@ -14,7 +14,10 @@ authority (seed 000):
   differs from "fuzzy never ran".
 
 The same searches answer ``search_source`` (fuzzy, fulltext, bm25 over an
-entity source's text within scope values).
+entity source's text within scope values). Both run in a session as the
+tenant's source role (``sources.reading``), never as the login role; the
+cascade runs in one such session, each strategy under a savepoint so one that
+fails (an extension missing) leaves the next its transaction.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from .errors import InvalidRequest, PgbraidError
+from .errors import InvalidRequest
 from .sources import Source, scope_condition
 
 CASCADE = ("exact", "fuzzy", "fulltext", "bm25")
@@ -75,24 +78,24 @@ def validate_cascade(strategies: list[str] | None) -> list[str]:
     return chosen
 
 
-def candidates(admin: psycopg.Connection, source: Source, strategy: str, value: str,
-               scope: dict[str, Any], timeout_ms: int, limit: int = LIMIT) -> list[dict[str, Any]]:
-    """One strategy over the source's text within the scope, best first."""
+def candidates(conn: psycopg.Connection, source: Source, strategy: str, value: str,
+               scope: dict[str, Any], limit: int = LIMIT) -> list[dict[str, Any]]:
+    """One strategy over the source's text within the scope, best first (in the caller's session)."""
     where, params = scope_condition(source, scope)
     params = {**params, "q": value, "limit": limit}
     statement = sql.SQL(TEMPLATES[strategy]).format(
         key=sql.Identifier(source.key_column), text=source.text, table=source.table,
         scope=where, lang=sql.Literal(source.language))
-    with admin.transaction(), admin.cursor(row_factory=dict_row) as cur:
-        cur.execute("SELECT set_config('statement_timeout', %s, true),"
-                    " set_config('pg_trgm.similarity_threshold', %s, true)",
-                    (str(timeout_ms), str(FUZZY_THRESHOLD)))
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT set_config('pg_trgm.similarity_threshold', %s, true)",
+                    (str(FUZZY_THRESHOLD),))
         return cur.execute(statement, params).fetchall()
 
 
 def ground(source_loader: Callable[[], tuple[Source, Callable]], entity: str, value: str, *,
            scope: dict[str, Any] | None = None, strategies: list[str] | None = None,
-           gates: Gates = Gates(), timeout_ms: int = 30_000) -> dict[str, Any]:
+           gates: Gates = Gates()) -> dict[str, Any]:
+    """``source_loader`` returns the source and a factory of read sessions over it."""
     if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > 1000:
         raise InvalidRequest("the value to ground must be 1 to 1000 characters of text", field="value")
     chosen = validate_cascade(strategies)
@@ -109,30 +112,37 @@ def ground(source_loader: Callable[[], tuple[Source, Callable]], entity: str, va
     result: dict[str, Any] = {"entity": entity, "value": value, "scope": scope}
     if not runnable:  # every strategy gated off: answer without touching the database
         return {**result, "status": "not_found", "strategiesTried": tried}
-    source, admin_session = source_loader()
+    source, read_session = source_loader()
     scope_condition(source, scope)  # reject unknown scope columns before any search
-    for name in chosen:
-        if name not in runnable:
-            continue
-        if name in GATED:
-            tried.append({"strategy": name, "status": "failed",
-                          "reason": "pg_search grounding is not supported on entity sources yet"})
-            continue
-        began = time.perf_counter()
-        try:
-            with admin_session() as admin:
-                found = candidates(admin, source, name, value, scope, timeout_ms)
-        except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedObject) as exc:
-            tried.append({"strategy": name, "status": "failed", "ms": _ms(began),
-                          "reason": f"extension missing: {str(exc).splitlines()[0]}"})
-            continue
-        except PgbraidError as exc:
-            tried.append({"strategy": name, "status": "failed", "ms": _ms(began), "reason": exc.message})
-            continue
-        tried.append({"strategy": name, "status": "ran", "hits": len(found), "ms": _ms(began)})
-        if found:
-            return {**result, **_outcome(name, found), "strategiesTried": tried}
+    with read_session() as conn:
+        for name in runnable:
+            found = _attempt(conn, source, name, value, scope, tried)
+            if found:
+                return {**result, **_outcome(name, found), "strategiesTried": tried}
     return {**result, "status": "not_found", "strategiesTried": tried}
+
+
+def _attempt(conn: psycopg.Connection, source: Source, name: str, value: str,
+             scope: dict[str, Any], tried: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run one strategy of the cascade and record what happened to it."""
+    if name in GATED:
+        tried.append({"strategy": name, "status": "failed",
+                      "reason": "pg_search grounding is not supported on entity sources yet"})
+        return []
+    began = time.perf_counter()
+    try:
+        with conn.transaction():  # a savepoint: a failure leaves the session usable
+            found = candidates(conn, source, name, value, scope)
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedObject) as exc:
+        tried.append({"strategy": name, "status": "failed", "ms": _ms(began),
+                      "reason": f"extension missing: {str(exc).splitlines()[0]}"})
+        return []
+    except psycopg.errors.QueryCanceled:
+        tried.append({"strategy": name, "status": "failed", "ms": _ms(began),
+                      "reason": "PostgreSQL cancelled the statement (statement timeout)"})
+        return []
+    tried.append({"strategy": name, "status": "ran", "hits": len(found), "ms": _ms(began)})
+    return found
 
 
 def _outcome(strategy: str, found: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 A session is one transaction in which the tenant is set (``pgbraid.tenant``) and,
 when the login role could bypass row-level security (a superuser, as on the
-embedded server), the role drops to ``pgbraid_app`` so RLS always applies.
+embedded server), the role drops to ``pgbraid_app`` so RLS always applies. A
+session for an entity source names its own role (the tenant's source reader),
+which it always takes, whatever the login role.
 """
 
 from __future__ import annotations
@@ -83,19 +85,21 @@ class Database:
             self._pool = None
 
     @contextmanager
-    def session(self, tenant: str) -> Iterator[psycopg.Connection]:
-        """One transaction under the tenant's row-level security."""
+    def session(self, tenant: str, *, role: str | None = None) -> Iterator[psycopg.Connection]:
+        """One transaction under the tenant's row-level security (as ``role`` when given)."""
         self.open()
         assert self._pool is not None
         with translate_errors(), self._pool.connection() as conn, conn.transaction():
-            self._enter(conn, tenant)
+            self._enter(conn, tenant, role)
             yield conn
 
-    def _enter(self, conn: psycopg.Connection, tenant: str) -> None:
+    def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
+        if role is None:
+            role = APP_ROLE if self._drop_role else "none"
         conn.execute(
             "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
             " set_config('statement_timeout', %s, true)",
-            (APP_ROLE if self._drop_role else "none", tenant, str(self.statement_timeout_ms)),
+            (role, tenant, str(self.statement_timeout_ms)),
         )
 
     @contextmanager

@@ -1,76 +1,23 @@
-"""The ``pgbraid`` command line: the same engine as Python and HTTP.
-
-``--json`` on a read command prints exactly the HTTP response body; errors print
-the one error shape (``{"error": {...}}``) and exit with the code errors.ERRORS
-gives (2 bad input, 3 PostgreSQL unavailable or timed out, 70 internal...);
-1 means an ingestion finished with failed documents.
-"""
+"""CLI commands: server, pipelines, ingest, search, eval, documents, demo."""
 
 from __future__ import annotations
 
-import json
-import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-import click
 import typer
-from rich.markup import escape
 
-from .client import Client, connect, load_settings
-from .db.server import EmbeddedServer
-from .errors import (BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, describe,
-                     error_body)
-from .ingest.readers import FieldMap
-from .output import console, show_mapping, show_pipelines, show_search
+from ..client import Client, connect, load_settings
+from ..db.server import EmbeddedServer
+from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
+from ..ingest.readers import FieldMap
+from ..output import console, show_mapping, show_pipelines, show_search
+from .base import JsonOpt, app, emit, handled, parse_json_option
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="pgbraid: braided retrieval strategies on PostgreSQL.")
 server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Create and inspect pipelines.")
 app.add_typer(server_app, name="server")
 app.add_typer(pipeline_app, name="pipeline")
-
-JsonOpt = typer.Option(False, "--json", help="Print the HTTP API's JSON body.")
-
-
-def emit(body: Any) -> None:
-    text = json.dumps(body, ensure_ascii=False, default=str)
-    try:
-        sys.stdout.write(text + "\n")
-    except UnicodeEncodeError:  # a lone surrogate (say, from a file name): escape it
-        sys.stdout.write(json.dumps(body, default=str) + "\n")
-    sys.stdout.flush()
-
-
-@contextmanager
-def handled(as_json: bool) -> Iterator[None]:
-    """Show any error in the one shape and exit with its code from the error table."""
-    try:
-        yield
-    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
-        raise
-    except Exception as exc:
-        error = describe(exc)
-        if as_json:
-            emit(error.body())
-        else:
-            console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
-        raise typer.Exit(error.exit) from None
-
-
-def parse_json_option(value: str | None, name: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"--{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
-    except RecursionError:
-        limit = load_settings().filter_max_depth
-        raise InvalidRequest(f"{'filter' if name == 'filter' else '--' + name} nests deeper "
-                             f"than {limit} levels", field=name) from None
 
 
 # -- server -------------------------------------------------------------------
@@ -156,7 +103,7 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(..., help="Files or
            on_error: str = typer.Option("continue", help="continue | stop at the first failing document"),
            as_json: bool = JsonOpt) -> None:
     """Ingest documents: new content becomes a new version, unchanged content writes nothing."""
-    from .ingest.progress import ingest_with_progress
+    from ..ingest.progress import ingest_with_progress
 
     fields = FieldMap(id=id_field, title=title_field, text=text_field, metadata=metadata_field,
                       classification=classification_field, language=language_field)
@@ -196,7 +143,7 @@ def _request(query: str, type_: str, k: int, classification: Optional[str], filt
 
 @app.command()
 def search(pipeline: str, query: Optional[str] = typer.Argument(None),
-           type_: str = typer.Option("fulltext", "--type", "-t", help="Search type."),
+           type_: str = typer.Option("auto", "--type", "-t", help="Search type (default auto: the planner picks the mix)."),
            k: int = typer.Option(5, "--k", "-k", help="Number of hits."),
            classification: Optional[str] = typer.Option(None, help="Classifications held, comma-separated."),
            filter_: Optional[str] = typer.Option(None, "--filter", help="Metadata filter as JSON."),
@@ -225,7 +172,7 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
 def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
            classification: Optional[str], filter_: Optional[str], params: Optional[str],
            group_by: str, distance: str) -> None:
-    from .evaluation import read_queries
+    from ..evaluation import read_queries
 
     for qid, text, _ in read_queries(path):
         try:
@@ -245,7 +192,7 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
              params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
              as_json: bool = JsonOpt) -> None:
     """nDCG@10, R@100 and RR@10 of a search type against TREC/BEIR qrels (document level)."""
-    from .evaluation import evaluate as score, read_qrels, read_queries
+    from ..evaluation import evaluate as score, read_qrels, read_queries
 
     with handled(as_json), connect() as client:
         judgments = read_qrels(qrels)
@@ -264,8 +211,8 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
 def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-multilingual"),
                      host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve a bundled embedder as an OpenAI-compatible /v1/embeddings endpoint."""
-    from . import embedders
-    from .embedders.server import make_server
+    from .. import embedders
+    from ..embedders.server import make_server
 
     with handled(False):
         if embedder not in ("minilm", "e5-multilingual"):
@@ -281,15 +228,9 @@ def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-m
 @app.command()
 def demo() -> None:
     """Create a pipeline from the bundled sample pages and run a few searches."""
-    from .demo import run
+    from ..demo import run
 
     with handled(False), connect() as client:
         run(client)
 
 
-from . import cli_entities  # noqa: E402,F401  (registers the graph, source and ground commands)
-from . import cli_api  # noqa: E402,F401  (registers document, keys and serve)
-
-
-def main() -> None:
-    app()

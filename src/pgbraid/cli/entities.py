@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
-from .cli import JsonOpt, app, connect, console, emit, handled
-from .errors import InvalidRequest
-from .output import show_mapping
+from ..client import connect
+from ..errors import InvalidRequest
+from ..output import console, show_mapping
+from .base import JsonOpt, app, emit, handled
 
 edges_app = typer.Typer(no_args_is_help=True, help="A pipeline's graph: vertices and edges.")
 app.add_typer(edges_app, name="edges")
@@ -87,6 +88,14 @@ def source_show(name: str, as_json: bool = JsonOpt) -> None:
     with handled(as_json), connect() as client:
         body = client.source(name)
         emit(body) if as_json else show_mapping(f"entity source {name}", body)
+
+
+@source_app.command("delete")
+def source_delete(name: str, as_json: bool = JsonOpt) -> None:
+    """Unregister an entity source: drop its indexes and revoke its read grant."""
+    with handled(as_json), connect() as client:
+        client.remove_source(name)
+        emit({"deleted": name}) if as_json else console.print(f"deleted entity source {name}")
 
 
 @source_app.command("search")
