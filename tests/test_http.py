@@ -65,6 +65,16 @@ def test_health_readiness_and_the_openapi_document(served):
     assert not any("422" in op["responses"] for ops in document["paths"].values() for op in ops.values())
     assert document["components"]["schemas"]["SearchBody"]["additionalProperties"] is False
     assert "HTTPBearer" in document["components"]["securitySchemes"]
+    refs, stack = set(), [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            refs.update([node["$ref"]] if isinstance(node.get("$ref"), str) else [])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    missing = {r for r in refs if r.rsplit("/", 1)[-1] not in document["components"]["schemas"]}
+    assert "#/components/schemas/DocumentIn" in refs and not missing
 
 
 def test_pipelines_create_list_show_delete(admin):

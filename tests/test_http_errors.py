@@ -167,7 +167,7 @@ def test_403_without_execute_beyond_the_classifications_or_without_write(
         error_of(http.post(f"/pipelines/{pipeline}/search",
                            json={"query": "pump", "classification": ["secret"]}), 403, "forbidden")
         error_of(http.get(f"/pipelines/{pipeline}/documents/hidden"), 404, "not_found")
-        error_of(http.post("/keys", json={"permissions": "read"}), 403, "forbidden")
+        error_of(http.post("/keys", json={"permissions": ["read"]}), 403, "forbidden")
 
 
 def test_another_tenants_key_gets_404_for_this_tenants_pipeline(served, data_dir, pipeline):

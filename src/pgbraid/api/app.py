@@ -87,8 +87,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 operation.get("responses", {}).pop("422", None)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
-            schema.get("components", {}).get("schemas", {}).pop(name, None)
+            components.pop(name, None)
+        for model in documents.REFERENCED:  # named by hand-written request bodies
+            components.setdefault(model.__name__, model.model_json_schema(
+                ref_template="#/components/schemas/{model}"))
         app.openapi_schema = schema
     return app.openapi_schema
 

@@ -27,6 +27,7 @@ from .schemas import (DocumentExpired, DocumentIn, DocumentOut, DocumentPage, Fr
 router = APIRouter(tags=["documents"])
 
 NDJSON = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+REFERENCED = (DocumentIn,)
 DOCUMENT_SCHEMA = {"$ref": "#/components/schemas/DocumentIn"}
 INGEST_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"anyOf": [

@@ -8,13 +8,27 @@ any field the Client adds (``extra="allow"``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..errors import InvalidRequest
-from ..models import SearchRequest, shown
+from ..models import NAME_RE, SearchRequest, shown
+
+NAME = f"^{NAME_RE.pattern}$"
+Permission = Literal["read", "write", "execute", "admin"]
+
+
+def _text_only(value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be an ISO-8601 date-time string")
+    return value
+
+
+Moment = Annotated[datetime, BeforeValidator(_text_only),
+                   WithJsonSchema({"type": "string", "format": "date-time"})]
+"""A time as JSON gives it: an ISO-8601 string (not a number of seconds)."""
 
 
 class Body(BaseModel):
@@ -28,12 +42,12 @@ class Out(BaseModel):
 # -- requests -------------------------------------------------------------------------
 
 class PipelineCreate(Body):
-    name: str
-    embedder: str = "minilm"
-    """minilm, e5-multilingual, openai or none."""
+    name: str = Field(pattern=NAME)
+    embedder: Literal["minilm", "e5-multilingual", "openai", "none"] = "minilm"
     language: str = "english"
+    """A text-search language (english, german, simple, ...)."""
     fulltext: bool = True
-    chunk_size: int = 1000
+    chunk_size: int = Field(1000, ge=200, le=20_000)
 
 
 class DocumentIn(Body):
@@ -51,8 +65,8 @@ class DocumentIn(Body):
 class SearchBody(SearchRequest):
     """Seed 003's search request, plus ``group_by`` and ``as_of``."""
 
-    as_of: datetime | None = None
-    """Search as of this time (point-in-time search)."""
+    as_of: Moment | None = None
+    """Search as of this time (point-in-time search): an ISO-8601 date-time."""
 
 
 class GroundBody(Body):
@@ -103,13 +117,13 @@ class GraphLoadBody(Body):
 
 
 class KeyCreate(Body):
-    pipeline: str = "*"
+    pipeline: str = Field("*", pattern=f"^(?:\\*|{NAME_RE.pattern})$")
     """A pipeline name, or ``*`` for every pipeline of the tenant."""
-    permissions: list[str] | str
-    """read, write, execute, admin."""
+    permissions: list[Permission] = Field(min_length=1)
     classification: list[str] | str | None = None
     """What the key may hold; none given: anything."""
-    expires: datetime | None = None
+    expires: Moment | None = None
+    """An ISO-8601 date-time (no offset: UTC); the key is refused from then on."""
     admin: bool = False
     """The tenant's admin: pipelines, sources and keys."""
 
