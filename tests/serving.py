@@ -34,8 +34,8 @@ class Served:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        environment = {**os.environ, "PGBRAID_DATA_DIR": str(data_dir),
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, "PGBRAID_DATA_DIR": str(data_dir), "PYTHONPATH": path,
                        **(env or {})}
         if "PGBRAID_DSN" not in (env or {}):
             environment.pop("PGBRAID_DSN", None)

@@ -68,7 +68,8 @@ def test_no_auth_is_refused_off_loopback_and_said_aloud_on_it(data_dir, server, 
         with served.client() as http:
             for _ in range(6):  # spread over both workers
                 assert [p["name"] for p in http.get("/pipelines").json()] == ["local"]
-            assert http.post("/pipelines", json={"name": "made", "embedder": "none"}).status_code == 201
+            made = http.post("/pipelines", json={"name": "made", "embedder": "none"})
+            assert made.status_code == 201
     finally:
         assert served.stop() in (0, -signal.SIGTERM)
 

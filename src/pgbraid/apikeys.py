@@ -107,8 +107,9 @@ def _expiry(value: Any) -> datetime | None:
                              field="expires") from None
 
 
-def listing(conn: psycopg.Connection) -> list[dict[str, Any]]:
+def listing(conn: psycopg.Connection, caller: Principal) -> list[dict[str, Any]]:
     """The session's tenant's keys (never a digest), newest first."""
+    caller.require_tenant_admin("listing API keys")
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_COLUMNS + " ORDER BY created_at DESC, id").fetchall()
     for row in rows:
@@ -117,7 +118,8 @@ def listing(conn: psycopg.Connection) -> list[dict[str, Any]]:
     return rows
 
 
-def revoke(conn: psycopg.Connection, key_id: str) -> dict[str, str]:
+def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str, str]:
+    caller.require_tenant_admin("revoking an API key")
     if not isinstance(key_id, str) or not key_id.isalnum() or len(key_id) > 64:
         raise InvalidRequest(f"invalid key id {shown(key_id)}", field="id")
     row = conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"

@@ -15,12 +15,12 @@ from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import BackendUnavailable, InvalidRequest, NotEnabled
-from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
+from .errors import InvalidRequest, NotEnabled
+from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
-                     parse_classifications, parse_version, printable, shown,
-                     validate_document_id, validate_name)
+                     parse_classifications, parse_version, printable, validate_document_id,
+                     validate_name)
 from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
@@ -61,12 +61,7 @@ class Client:
 
     def ready(self) -> dict[str, Any]:
         """PostgreSQL reachable and every migration applied (BackendUnavailable otherwise)."""
-        from .db.migrations import pending
-
-        with self._db.admin() as conn:
-            missing = pending(conn)
-        if missing:
-            raise BackendUnavailable(f"migrations not applied: {', '.join(missing)}")
+        self._db.ready()
         return {"status": "ready"}
 
     @property
@@ -174,7 +169,7 @@ class Client:
         with self._session() as conn:
             target = pipelines.get(conn, pipeline)
         embedder = self.embedder(target.embedder) if target.embedder else None
-        report = ingest(self._session, target, _items(source, fields), embedder=embedder,
+        report = ingest(self._session, target, items(source, fields), embedder=embedder,
                         on_error=on_error, progress=progress)
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
@@ -229,27 +224,22 @@ class Client:
         return self.engine.fragment(self.principal, pipeline, fragment_id,
                                     classification=classification)
 
-    # -- API keys -------------------------------------------------------------------
+    # -- API keys (the tenant's admin; see apikeys.py) -----------------------------------
 
-    def create_key(self, *, pipeline: str, permissions: Any, classification: Any = None,
-                   expires: Any = None, admin: bool = False) -> dict[str, str]:
-        """A new API key of this tenant: ``{"id", "key"}``; the key is shown only now."""
-        self.principal.require_tenant_admin("creating an API key")
+    def create_key(self, **grants: Any) -> dict[str, str]:
+        """A new key of this tenant, ``{"id", "key"}`` (the key is shown only now):
+        ``pipeline`` (or "*"), ``permissions``, ``classification``, ``expires``, ``admin``."""
         with self._session() as conn:
-            return apikeys.create(conn, self.principal, pipeline=pipeline,
-                                  permissions=permissions, classification=classification,
-                                  expires=expires, admin=admin)
+            return apikeys.create(conn, self.principal, **grants)
 
     def keys(self) -> list[dict[str, Any]]:
-        self.principal.require_tenant_admin("listing API keys")
         with self._session() as conn:
-            return apikeys.listing(conn)
+            return apikeys.listing(conn, self.principal)
 
     def revoke_key(self, key_id: str) -> dict[str, str]:
         """Revoke a key: the next request that presents it is refused."""
-        self.principal.require_tenant_admin("revoking an API key")
         with self._session() as conn:
-            return apikeys.revoke(conn, key_id)
+            return apikeys.revoke(conn, self.principal, key_id)
 
     # -- graph ----------------------------------------------------------------------
 
@@ -372,21 +362,6 @@ def _check_lookup(entity: str, value: Any, scope: dict[str, Any] | None) -> None
     for column, wanted in (scope or {}).items():
         if isinstance(wanted, str):
             check_text(wanted, f"scope value of {printable(str(column), 40)}", "scope")
-
-
-def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument | ReadError]:
-    paths: list[Path] = []
-    for item in source:
-        if isinstance(item, dict):
-            where = f"record {shown(item.get(fields.id))}"
-            try:
-                yield document_from_record(item, fields, source=where)
-            except InvalidRequest as exc:  # reported per record, not raised
-                yield ReadError(where, exc.message)
-        else:
-            paths.append(Path(item))
-    if paths:
-        yield from read(paths, fields)
 
 
 def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,

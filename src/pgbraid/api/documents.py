@@ -35,7 +35,8 @@ INGEST_BODY = {"requestBody": {"required": True, "content": {
     "application/x-ndjson": {"schema": {
         "type": "string", "description": "One DocumentIn JSON object a line."}},
 }}}
-Classification = Query(None, description="Classifications held, comma-separated (narrows the key's).")
+Classification = Query(None, description=(
+    "Classifications held, comma-separated (narrows the key's)."))
 
 
 def parse_records(raw: bytes, content_type: str | None) -> list[dict[str, Any]]:

@@ -45,7 +45,8 @@ def documented(*extra: int, common: tuple[int, ...] = COMMON) -> dict[int | str,
     the error table."""
     statuses = sorted(set(common) | set(extra))
     rows = {row.status: row for row in (*ERRORS.values(), INTERNAL)}
-    return {status: {"model": ErrorBody, "description": f"`{rows[status].code}`: {rows[status].when}"}
+    return {status: {"model": ErrorBody,
+                     "description": f"`{rows[status].code}`: {rows[status].when}"}
             for status in statuses}
 
 

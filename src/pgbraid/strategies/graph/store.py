@@ -115,7 +115,7 @@ def read_edges(path: Path, load: GraphLoad) -> None:
 def from_records(vertices: list[tuple] = (), edges: list[tuple] = ()) -> GraphLoad:
     """In-memory vertices (type, key, label, documents) and edges (src_type, src, type,
     dst_type, dst[, weight[, directed]]), checked like the lines of a file."""
-    data = GraphLoad(vertices=[(t, str(k), l, list(d)) for t, k, l, d in vertices])
+    data = GraphLoad(vertices=[(t, str(k), label, list(d)) for t, k, label, d in vertices])
     for n, edge in enumerate(edges, start=1):
         weight = float(edge[5]) if len(edge) > 5 else 1.0
         directed = bool(edge[6]) if len(edge) > 6 else True
