@@ -12,7 +12,7 @@ from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
-from .ingest.writer import IngestReport, ingest
+from .ingest.writer import IngestReport, ingest, remove_document
 from .models import PipelineInfo, SearchResponse, parse_classifications, validate_name
 from .scope import CLOSE_CLASSIFICATIONS, resolve_classifications
 from .strategies.base import Context
@@ -127,6 +127,12 @@ class Client:
                 conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
                              " pgbraid.bm25_postings")
         return report
+
+    def delete_document(self, pipeline: str, document_id: str) -> bool:
+        """Expire a document's current version (earlier ones stay readable); False if none."""
+        with self.session() as conn:
+            target = pipelines.get(conn, pipeline)
+        return remove_document(self.session, target, document_id)
 
     # -- reads ----------------------------------------------------------------
 

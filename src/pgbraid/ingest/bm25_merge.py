@@ -1,0 +1,127 @@
+"""Merging a partition's BM25 segments (the caller holds bm25_index.lock).
+
+A segment never changes once committed: a merge writes a new one (numbers only
+grow) and deletes those it replaces, dropping the postings of dead fragments;
+a merge that leaves a partition one segment empties its dead list. Merges stay
+inside one partition and are decided by that partition's own segments only,
+so a partition's layout depends on the writes to it and nothing else:
+
+- within an ingest call, a partition's segments written since the call began
+  merge once MERGE_FACTOR of them exist, and at the end of the call into one;
+- then segments of the same size tier merge once MERGE_FACTOR exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import psycopg
+
+MERGE_FACTOR = 8
+TIER_BASE = 64  # a segment of up to TIER_BASE fragments is tier 0; tiers grow by MERGE_FACTOR
+
+# Large arrays go in binary (%b): psycopg's text array dumper quotes element by element.
+INSERT_POSTINGS = """
+INSERT INTO pgbraid.bm25_postings
+    (pipeline_id, partition_id, segment, term, postings, ordinals, tfs, lengths)
+SELECT %(pipeline)s, %(partition)s, %(segment)s, * FROM unnest(%(terms)b::text[],
+    %(counts)b::int[], %(ordinals)b::bytea[], %(tfs)b::bytea[], %(lengths)b::bytea[])
+"""
+
+_SINCE = """
+SELECT coalesce(array_agg(segment ORDER BY segment), '{}') FROM pgbraid.bm25_segments
+WHERE partition_id = %(partition)s AND segment >= %(first)s
+"""
+
+_FULL_TIER = """
+SELECT array_agg(segment ORDER BY segment) FROM pgbraid.bm25_segments
+WHERE partition_id = %(partition)s GROUP BY tier HAVING count(*) >= %(factor)s
+ORDER BY tier LIMIT 1
+"""
+
+_EVERY = """
+SELECT array_agg(segment ORDER BY segment) FROM pgbraid.bm25_segments
+WHERE partition_id = %(partition)s HAVING count(*) > 1
+"""
+
+
+def tier_of(fragments: int) -> int:
+    return max(0, int(math.log(max(fragments, 1) / TIER_BASE, MERGE_FACTOR)) + 1) if fragments > TIER_BASE else 0
+
+
+def merge_call(conn: psycopg.Connection, pipeline_id: int, partition: int, first_segment: int,
+               *, at_least: int) -> bool:
+    """Merge the partition's segments numbered from ``first_segment`` on, if at least
+    ``at_least`` exist."""
+    segments = conn.execute(_SINCE, {"partition": partition, "first": first_segment}).fetchone()[0]
+    if len(segments) < max(at_least, 2):
+        return False
+    _merge(conn, pipeline_id, partition, segments)
+    return True
+
+
+def merge_tiers(conn: psycopg.Connection, pipeline_id: int, partition: int, *,
+                everything: bool = False) -> int:
+    """Merge any tier of the partition holding MERGE_FACTOR segments (or all its
+    segments into one); returns the merges done."""
+    merges = 0
+    while True:
+        statement = _EVERY if everything else _FULL_TIER
+        row = conn.execute(statement, {"partition": partition, "factor": MERGE_FACTOR}).fetchone()
+        if row is None:
+            return merges
+        _merge(conn, pipeline_id, partition, row[0])
+        merges += 1
+        everything = False
+
+
+def _merged(conn: psycopg.Connection, pipeline_id: int, partition: int,
+            segments: list[int]) -> dict[str, list]:
+    """The segments' postings per term, without dead fragments, sorted by ordinal."""
+    dead = conn.execute("SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead"
+                        " WHERE partition_id = %s", (partition,)).fetchone()[0]
+    dead_set = np.asarray(dead, dtype="<i4")
+    parts: dict[str, list[tuple[bytes, bytes, bytes]]] = defaultdict(list)
+    with conn.cursor(binary=True) as cur:
+        cur.execute("SELECT term, ordinals, tfs, lengths FROM pgbraid.bm25_postings"
+                    " WHERE pipeline_id = %s AND segment = ANY(%s)", (pipeline_id, segments))
+        for term, ordinals, tfs, lengths in cur:
+            parts[term].append((ordinals, tfs, lengths))
+    packed: dict[str, list] = {"terms": [], "counts": [], "ordinals": [], "tfs": [], "lengths": []}
+    for term in sorted(parts):
+        ordinals = np.concatenate([np.frombuffer(p[0], "<i4") for p in parts[term]])
+        tfs = np.concatenate([np.frombuffer(p[1], "<u2") for p in parts[term]])
+        lengths = np.concatenate([np.frombuffer(p[2], "<u2") for p in parts[term]])
+        keep = ~np.isin(ordinals, dead_set) if len(dead_set) else np.ones(len(ordinals), bool)
+        keep = np.flatnonzero(keep)[np.argsort(ordinals[keep], kind="stable")]
+        if len(keep):
+            packed["terms"].append(term)
+            packed["counts"].append(len(keep))
+            packed["ordinals"].append(ordinals[keep].tobytes())
+            packed["tfs"].append(tfs[keep].tobytes())
+            packed["lengths"].append(lengths[keep].tobytes())
+    return packed
+
+
+def _merge(conn: psycopg.Connection, pipeline_id: int, partition: int, segments: list[int]) -> None:
+    packed = _merged(conn, pipeline_id, partition, segments)
+    fragments = conn.execute("SELECT sum(fragments) FROM pgbraid.bm25_segments"
+                             " WHERE partition_id = %s AND segment = ANY(%s)",
+                             (partition, segments)).fetchone()[0]
+    segment = conn.execute(
+        "UPDATE pgbraid.bm25_stats SET next_segment = next_segment + 1 WHERE pipeline_id = %s"
+        " RETURNING next_segment - 1", (pipeline_id,)).fetchone()[0]
+    conn.execute("DELETE FROM pgbraid.bm25_segments WHERE pipeline_id = %s AND segment = ANY(%s)",
+                 (pipeline_id, segments))
+    conn.execute("INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment, fragments,"
+                 " tier) VALUES (%s, %s, %s, %s, %s)",
+                 (pipeline_id, partition, segment, fragments, tier_of(fragments)))
+    if packed["terms"]:
+        conn.execute(INSERT_POSTINGS, {"pipeline": pipeline_id, "partition": partition,
+                                       "segment": segment, **packed})
+    remaining = conn.execute("SELECT count(*) FROM pgbraid.bm25_segments WHERE partition_id = %s",
+                             (partition,)).fetchone()[0]
+    if remaining == 1:  # every posting of the partition was rewritten without the dead ones
+        conn.execute("DELETE FROM pgbraid.bm25_dead WHERE partition_id = %s", (partition,))
