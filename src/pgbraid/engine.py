@@ -52,7 +52,7 @@ class Engine:
         if not strategy.touches_database:
             return self._respond(pipeline_name, request, strategy, strategy.run(
                 None, None, request, None, request.k, self.context), [], 0.0, time.perf_counter())
-        with self.db.session(self.tenant) as conn:
+        with self.db.session(self.tenant, read_only=True) as conn:  # one snapshot
             return self._search(conn, pipeline_name, request, strategy)
 
     def _search(self, conn: psycopg.Connection, pipeline_name: str, request: SearchRequest,

@@ -65,11 +65,13 @@ class Database:
             self._pool = None
 
     @contextmanager
-    def session(self, tenant: str) -> Iterator[psycopg.Connection]:
-        """One transaction under the tenant's row-level security."""
+    def session(self, tenant: str, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+        """One transaction under the tenant's row-level security; ``read_only``: one
+        snapshot for all its statements (BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY)."""
         self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, translate_errors(), conn.transaction():
+        with self._pool.connection() as conn, translate_errors(), _snapshot(conn, read_only), \
+                conn.transaction():
             conn.execute(
                 "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
                 " set_config('statement_timeout', %s, true)",
@@ -84,6 +86,20 @@ class Database:
         assert self._pool is not None
         with self._pool.connection() as conn, translate_errors():
             yield conn
+
+
+@contextmanager
+def _snapshot(conn: psycopg.Connection, read_only: bool) -> Iterator[None]:
+    """The next BEGIN opens a read-only repeatable-read transaction (reset afterwards:
+    the connection goes back to the pool)."""
+    if not read_only:
+        yield
+        return
+    conn.isolation_level, conn.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
+    try:
+        yield
+    finally:
+        conn.isolation_level, conn.read_only = None, None
 
 
 def _register_vector(conn: psycopg.Connection) -> None:
