@@ -1,7 +1,8 @@
 """A separate ingesting process for the concurrency tests (run by tests/test_bm25_concurrency.py).
 
-    python tests/bm25_worker.py slice DATA_DIR PIPELINE CORPUS INDEX COUNT PER_CALL GO_FILE
-        ingest documents INDEX, INDEX + COUNT, ... of the SciFact corpus, PER_CALL per call
+    python tests/bm25_worker.py slice DATA_DIR PIPELINE CORPUS SIZE INDEX COUNT PER_CALL GO_FILE
+        ingest documents INDEX, INDEX + COUNT, ... of the SciFact corpus's first SIZE,
+        PER_CALL per call
     python tests/bm25_worker.py rewrite DATA_DIR PIPELINE DOCUMENTS ROUNDS PER_CALL GO_FILE
         re-ingest documents d0..d{DOCUMENTS-1} ROUNDS times, each round a new version
 
@@ -39,8 +40,8 @@ def main(mode: str, data_dir: str, pipeline: str, *args: str) -> None:
     with pgbraid.connect(data_dir=data_dir) as client:
         client.pipelines()  # connected before the start
         if mode == "slice":
-            corpus, index, count, per_call, go = args
-            docs = scifact(corpus)[int(index)::int(count)]
+            corpus, size, index, count, per_call, go = args
+            docs = scifact(corpus)[:int(size)][int(index)::int(count)]
             wait(go)
             for at in range(0, len(docs), int(per_call)):
                 report = client.ingest(pipeline, docs[at:at + int(per_call)])

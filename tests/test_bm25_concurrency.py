@@ -18,12 +18,14 @@ import pytest
 
 import pgbraid
 
+from .bm25_worker import scifact, version
 from .conftest import shared
 
 WORKER = Path(__file__).with_name("bm25_worker.py")
 SRC = Path(pgbraid.__file__).resolve().parents[1]
 PROCESSES = 3
 PER_CALL = 10
+DOCUMENTS = 2400  # of SciFact's 5,183: ~80 ingest calls per process
 
 
 def _workers(data_dir, commands: list[list[str]], go: Path) -> list[subprocess.Popen]:
@@ -97,28 +99,27 @@ def _top10(client, pipeline: str, text: str) -> tuple[list[float], dict[str, flo
 
 @pytest.fixture(scope="module")
 def scifact_sequential(data_dir, server):
-    """All of SciFact (title + abstract, one fragment each) ingested by one process."""
+    """SciFact's first DOCUMENTS (title + abstract, one fragment each), ingested by one
+    process."""
     name = f"seq-{uuid.uuid4().hex[:8]}"
     with pgbraid.connect(data_dir=data_dir) as client:
         client.create_pipeline(name, embedder="none", chunk_size=20_000)
-        docs = [{"id": d["_id"], "title": d["title"], "text": d["text"]}
-                for d in map(json.loads, __import__("gzip").open(
-                    shared("beir_scifact", "corpus.jsonl.gz"), "rt"))]
-        assert client.ingest(name, docs).added == len(docs) == 5183
+        docs = scifact(str(shared("beir_scifact", "corpus.jsonl.gz")))[:DOCUMENTS]
+        assert client.ingest(name, docs).added == DOCUMENTS
     return name
 
 
 def test_concurrent_ingesters_leave_what_one_sequential_ingest_would(
         client, data_dir, tmp_path, scifact_sequential):
-    """Three processes ingest disjoint thirds of SciFact, ten documents a call (hundreds
-    of merges, racing); for every one of the 300 test queries bm25 answers exactly as
-    over one process's ingest of everything."""
+    """Three processes ingest disjoint thirds of SciFact's first DOCUMENTS, ten documents
+    a call (hundreds of merges, racing); for every one of the 300 test queries bm25
+    answers exactly as over one process's ingest of them all."""
     name = f"conc-{uuid.uuid4().hex[:8]}"
     client.create_pipeline(name, embedder="none", chunk_size=20_000)
     go = tmp_path / "go"
     corpus = shared("beir_scifact", "corpus.jsonl.gz")
     started = time.perf_counter()
-    _wait(_workers(data_dir, [["slice", data_dir, name, corpus, i, PROCESSES, PER_CALL, go]
+    _wait(_workers(data_dir, [["slice", data_dir, name, corpus, DOCUMENTS, i, PROCESSES, PER_CALL, go]
                               for i in range(PROCESSES)], go), timeout=900)
     elapsed = time.perf_counter() - started
     stats, df = index_state(client, name)
@@ -158,9 +159,6 @@ def test_readers_see_each_document_once_while_a_writer_reingests(client, data_di
     """A writer process re-ingests every document (new text each round, 'alpha' in
     every version) while bm25 and fulltext readers search: each search sees every
     document, at one version."""
-    sys.path.insert(0, str(WORKER.parent))
-    from bm25_worker import version
-
     name = f"rw-{uuid.uuid4().hex[:8]}"
     documents = 120
     client.create_pipeline(name, embedder="none")

@@ -14,7 +14,7 @@ from .pipelines import Pipeline
 _VERSION = """
 SELECT d.external_id AS document_id, v.version, v.title, v.body AS text, v.metadata,
        v.classifications, v.language, v.source, v.valid_from, v.valid_to,
-       (v.version = d.current_version) AS current, d.quarantined,
+       coalesce(v.version = d.current_version, false) AS current, d.quarantined,
        (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments
 FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
@@ -51,7 +51,7 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str) -> 
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT v.version, v.valid_from, v.valid_to, v.content_hash,"
-            " (v.version = d.current_version) AS current"
+            " coalesce(v.version = d.current_version, false) AS current"
             " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id"
             " WHERE d.pipeline_id = %s AND d.external_id = %s ORDER BY v.version",
             (pipeline.id, document_id)).fetchall()
