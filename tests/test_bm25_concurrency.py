@@ -18,6 +18,8 @@ import pytest
 
 import pgbraid
 
+from pgbraid.ingest.bm25_index import PARTITION_OF
+
 from .bm25_worker import scifact, version
 from .conftest import shared
 
@@ -62,7 +64,8 @@ def index_state(client, name: str) -> tuple[dict, Counter]:
             " ON s.partition_id = p.id WHERE p.pipeline_id = %s AND s.fragments <> 0", (pid,))}
         expected = {(tuple(c), config): (n, length) for c, config, n, length in conn.execute(
             "SELECT p.classifications, f.ts_config::text, count(*), sum(f.bm25_length)"
-            " FROM pgbraid.fragments f JOIN pgbraid.bm25_partitions p ON p.id = f.bm25_partition"
+            " FROM pgbraid.fragments f JOIN pgbraid.bm25_partitions p"
+            " ON p.pipeline_id = f.pipeline_id AND p.classifications = " + PARTITION_OF +
             " WHERE f.pipeline_id = %s AND f.current AND NOT f.quarantined GROUP BY 1, 2", (pid,))}
         dead = {(p, o) for p, o in conn.execute(
             "SELECT partition_id, ordinal FROM pgbraid.bm25_dead WHERE pipeline_id = %s", (pid,))}
@@ -78,9 +81,10 @@ def index_state(client, name: str) -> tuple[dict, Counter]:
                         live.append((partition, term, o, t, n))
         forward = [(p, term, o, tf, min(length, 65535))
                    for p, o, length, terms, tfs in conn.execute(
-                       "SELECT bm25_partition, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs"
-                       " FROM pgbraid.fragments WHERE pipeline_id = %s AND current"
-                       " AND NOT quarantined", (pid,))
+                       "SELECT p.id, f.bm25_ordinal, f.bm25_length, f.bm25_terms, f.bm25_tfs"
+                       " FROM pgbraid.fragments f JOIN pgbraid.bm25_partitions p"
+                       " ON p.pipeline_id = f.pipeline_id AND p.classifications = " + PARTITION_OF +
+                       " WHERE f.pipeline_id = %s AND f.current AND NOT f.quarantined", (pid,))
                    for term, tf in zip(terms, tfs)]
     twice = [posting for posting, n in Counter(live).items() if n > 1]
     assert not twice, f"{len(twice)} postings are live more than once, e.g. {twice[:3]}"

@@ -11,8 +11,7 @@ per text-search configuration (fragments, total length: bm25_partition_stats),
 segments and dead list. A query reads only the partitions its reader may see,
 so content outside a reader's scope moves none of its statistics.
 
-Each fragment gets a dense per-pipeline ordinal, its partition and its term
-frequencies (the forward index, used to expire it and to explain hits). The
+Each fragment gets a dense per-pipeline ordinal and its term frequencies (the forward index, used to expire it and to explain hits). The
 postings of a batch's fragments are written as one segment per partition at
 the end of the batch; a fragment whose version expires is added to its
 partition's ``bm25_dead`` and stops counting at once: in the partition's
@@ -62,11 +61,17 @@ ON CONFLICT (partition_id, config) DO UPDATE SET
     total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
 """
 
+# The partition key of fragment f in SQL (as partition_key: code point order).
+PARTITION_OF = """ARRAY(SELECT c FROM unnest(f.classifications) AS c GROUP BY c
+                        ORDER BY c COLLATE "C")"""
+
 # Quarantined fragments already stopped counting (see the module docstring).
 _RETIRE = """
 WITH gone AS (
-    SELECT f.bm25_partition, f.bm25_ordinal, f.bm25_length, f.ts_config::text AS config
+    SELECT p.id AS bm25_partition, f.bm25_ordinal, f.bm25_length, f.ts_config::text AS config
     FROM pgbraid.fragments f
+    JOIN pgbraid.bm25_partitions p ON p.pipeline_id = f.pipeline_id AND p.classifications = """ \
+    + PARTITION_OF + """
     WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
 dead AS (
     INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal)
@@ -88,7 +93,7 @@ def lock(conn: psycopg.Connection, pipeline_id: int) -> None:
 
 
 def partition_key(classifications: Classifications) -> Classifications:
-    """A partition's classification set: distinct and sorted by code point (SQL: COLLATE "C")."""
+    """A partition's classification set: distinct and sorted by code point (PARTITION_OF)."""
     return tuple(sorted(set(classifications)))
 
 

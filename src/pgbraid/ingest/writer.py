@@ -40,8 +40,8 @@ FRAGMENT_KEY = "fragments_pkey"  # ids are random (migration 011): a collision i
 _INSERT_FRAGMENT = """
 INSERT INTO pgbraid.fragments
     (pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
-     tsv, metadata, classifications, bm25_ordinal, bm25_partition, bm25_length, bm25_terms,
-     bm25_tfs, title, content_hash)
+     tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title,
+     content_hash)
 SELECT %(pipeline)s, %(document)s, %(version)s, %(ordinal)s, %(section)s, %(body)s,
        %(language)s, %(config)s::regconfig,
        CASE WHEN %(fulltext)s THEN
@@ -49,7 +49,7 @@ SELECT %(pipeline)s, %(document)s, %(version)s, %(ordinal)s, %(section)s, %(body
            || setweight(to_tsvector(%(config)s::regconfig, coalesce(%(section)s, '')), 'B')
            || setweight(to_tsvector(%(config)s::regconfig, %(body)s), 'C')
        END,
-       %(metadata)s, %(classifications)s, %(bm25_ordinal)s, %(bm25_partition)s,
+       %(metadata)s, %(classifications)s, %(bm25_ordinal)s,
        coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(title)s,
        %(content_hash)s
 FROM (SELECT sum(array_length(positions, 1)) AS length,
@@ -188,7 +188,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
         "ordinal": ordinal, "section": piece.section, "body": piece.text, "config": piece.config,
         "language": piece.config, "title": doc.title, "fulltext": pipeline.fulltext,
         "metadata": metadata, "classifications": list(prepared.classifications),
-        "bm25_ordinal": base + ordinal, "bm25_partition": partition, "bm25_text": piece.bm25_text,
+        "bm25_ordinal": base + ordinal, "bm25_text": piece.bm25_text,
         "content_hash": piece.content_hash,
     } for ordinal, piece in enumerate(prepared.pieces)]
     ids = []
