@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import numpy as np
 import psycopg
 import pytest
 

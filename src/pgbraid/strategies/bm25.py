@@ -8,13 +8,14 @@ Scoring (Lucene's variant, as in bm25s ``method="lucene"`` and Anserini)::
 with N, df and avgdl counting current fragments of the BM25 partitions in the
 reader's scope only (each classification set is a partition: see
 ingest/bm25_index.py), so nothing outside the scope moves a score, a rank or
-a value of the trace. Defaults k1 = 0.9,
-b = 0.4: Anserini's BEIR settings, which hold across collections better than
-Lucene's 1.2 / 0.75 on short documents (measured on SciFact in bench/).
+a value of the trace. Defaults k1 = 0.9, b = 0.4: Anserini's BEIR settings,
+which hold across collections better than Lucene's 1.2 / 0.75 on short
+documents (measured on SciFact in bench/).
 
 Query path:
-1. read the statistics of the partitions in scope, and tokenize the query in PostgreSQL (same
-   code-aware expansion and text-search configuration as ingestion) together
+1. read the statistics of the partitions in scope, and tokenize the query in
+   PostgreSQL (same code-aware expansion and text-search configuration as
+   ingestion) together
    with its terms' document frequencies and the segments holding their
    postings (one round trip);
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
