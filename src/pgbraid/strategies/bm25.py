@@ -15,9 +15,8 @@ documents (measured on SciFact in bench/).
 Query path:
 1. read the statistics of the partitions in scope, and tokenize the query in
    PostgreSQL (same code-aware expansion and text-search configuration as
-   ingestion) together
-   with its terms' document frequencies and the segments holding their
-   postings (one round trip);
+   ingestion) together with its terms' document frequencies and the segments
+   holding their postings (one round trip);
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
