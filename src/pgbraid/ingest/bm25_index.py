@@ -33,7 +33,7 @@ import numpy as np
 import psycopg
 
 from . import bm25_merge
-from .bm25_merge import INSERT_POSTINGS, MERGE_FACTOR, tier_of
+from .bm25_merge import INSERT_POSTINGS, MERGE_FACTOR, tier_of  # noqa: F401 (MERGE_FACTOR re-exported)
 
 MAX_LENGTH = 65_535  # lengths and term frequencies are stored as uint16
 Classifications = tuple[str, ...]
@@ -203,8 +203,8 @@ def _count(conn: psycopg.Connection, pending: Pending) -> None:
 def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending,
           first_segment: int) -> set[int]:
     """Write the batch's postings as one segment per partition and count them in the
-    statistics; merge a partition's segments written since ``first_segment`` (this
-    ingest call) once MERGE_FACTOR exist. Returns the partitions written."""
+    statistics; merge by tiers each partition's segments written since
+    ``first_segment`` (this ingest call). Returns the partitions written."""
     if not pending:
         return set()
     parts = pending.split()
@@ -222,8 +222,7 @@ def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending,
                                            "segment": segment, **packed})
     _count(conn, pending)
     for partition in sorted(parts):
-        bm25_merge.merge_call(conn, pipeline_id, partition, first_segment,
-                              at_least=MERGE_FACTOR)
+        bm25_merge.merge_tiers(conn, pipeline_id, partition, since=first_segment)
     return set(parts)
 
 
@@ -239,7 +238,7 @@ def merge_since(conn: psycopg.Connection, pipeline_id: int, first_segment: int,
     ``first_segment`` into one, then that partition's full tiers."""
     lock(conn, pipeline_id)
     for partition in sorted(partitions):
-        bm25_merge.merge_call(conn, pipeline_id, partition, first_segment, at_least=2)
+        bm25_merge.merge_call(conn, pipeline_id, partition, first_segment)
         bm25_merge.merge_tiers(conn, pipeline_id, partition)
 
 

@@ -6,9 +6,11 @@ a merge that leaves a partition one segment empties its dead list. Merges stay
 inside one partition and are decided by that partition's own segments only,
 so a partition's layout depends on the writes to it and nothing else:
 
-- within an ingest call, a partition's segments written since the call began
-  merge once MERGE_FACTOR of them exist, and at the end of the call into one;
-- then segments of the same size tier merge once MERGE_FACTOR exist.
+- within an ingest call, the partition's segments written since the call began
+  merge by size tier (MERGE_FACTOR of a tier make one of the next), and at the
+  end of the call into one;
+- then the partition's segments of the same size tier merge once MERGE_FACTOR
+  exist.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ WHERE partition_id = %(partition)s AND segment >= %(first)s
 
 _FULL_TIER = """
 SELECT array_agg(segment ORDER BY segment) FROM pgbraid.bm25_segments
-WHERE partition_id = %(partition)s GROUP BY tier HAVING count(*) >= %(factor)s
+WHERE partition_id = %(partition)s AND segment >= %(since)s
+GROUP BY tier HAVING count(*) >= %(factor)s
 ORDER BY tier LIMIT 1
 """
 
@@ -51,25 +54,25 @@ def tier_of(fragments: int) -> int:
     return max(0, int(math.log(max(fragments, 1) / TIER_BASE, MERGE_FACTOR)) + 1) if fragments > TIER_BASE else 0
 
 
-def merge_call(conn: psycopg.Connection, pipeline_id: int, partition: int, first_segment: int,
-               *, at_least: int) -> bool:
-    """Merge the partition's segments numbered from ``first_segment`` on, if at least
-    ``at_least`` exist."""
+def merge_call(conn: psycopg.Connection, pipeline_id: int, partition: int,
+               first_segment: int) -> bool:
+    """Merge the partition's segments numbered from ``first_segment`` on into one."""
     segments = conn.execute(_SINCE, {"partition": partition, "first": first_segment}).fetchone()[0]
-    if len(segments) < max(at_least, 2):
+    if len(segments) < 2:
         return False
     _merge(conn, pipeline_id, partition, segments)
     return True
 
 
-def merge_tiers(conn: psycopg.Connection, pipeline_id: int, partition: int, *,
+def merge_tiers(conn: psycopg.Connection, pipeline_id: int, partition: int, *, since: int = 0,
                 everything: bool = False) -> int:
-    """Merge any tier of the partition holding MERGE_FACTOR segments (or all its
-    segments into one); returns the merges done."""
+    """Merge any tier of the partition's segments numbered from ``since`` on that holds
+    MERGE_FACTOR segments (or all its segments into one); returns the merges done."""
     merges = 0
     while True:
         statement = _EVERY if everything else _FULL_TIER
-        row = conn.execute(statement, {"partition": partition, "factor": MERGE_FACTOR}).fetchone()
+        row = conn.execute(statement, {"partition": partition, "factor": MERGE_FACTOR,
+                                       "since": since}).fetchone()
         if row is None:
             return merges
         _merge(conn, pipeline_id, partition, row[0])
