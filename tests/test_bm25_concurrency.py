@@ -69,6 +69,8 @@ def index_state(client, name: str) -> tuple[dict, Counter]:
             " WHERE f.pipeline_id = %s AND f.current AND NOT f.quarantined GROUP BY 1, 2", (pid,))}
         dead = {(p, o) for p, o in conn.execute(
             "SELECT partition_id, ordinal FROM pgbraid.bm25_dead WHERE pipeline_id = %s", (pid,))}
+        assert not conn.execute("SELECT count(*) FROM pgbraid.bm25_dead WHERE pipeline_id = %s"
+                                " AND segment IS NULL", (pid,)).fetchone()[0]
         live: list[tuple] = []
         with conn.cursor(binary=True) as cur:
             cur.execute("SELECT partition_id, term, ordinals, tfs, lengths FROM pgbraid.bm25_postings"

@@ -14,9 +14,10 @@ so content outside a reader's scope moves none of its statistics.
 Each fragment gets a dense per-pipeline ordinal and its term frequencies (the forward index, used to expire it and to explain hits). The
 postings of a batch's fragments are written as one segment per partition at
 the end of the batch; a fragment whose version expires is added to its
-partition's ``bm25_dead`` and stops counting at once: in the partition's
-statistics here, and in each term's ``df``, which a query works out as the
-term's postings minus the dead ones. Merging is in bm25_merge.
+partition's ``bm25_dead`` (with the segment holding its postings) and stops
+counting at once: in the partition's statistics here, and in each term's
+``df``, which a query works out as the term's postings minus the dead ones.
+Merging, which drops dead postings, is in bm25_merge.
 
 Quarantine (not built yet) fits the same path: quarantining a fragment is
 ``retire`` (dead list and statistics) under the lock; lifting it writes the
@@ -61,6 +62,20 @@ ON CONFLICT (partition_id, config) DO UPDATE SET
     total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
 """
 
+_SEGMENT = """
+INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment, fragments, tier, ordinals)
+SELECT %(pipeline)s, %(partition)s, %(segment)s, %(fragments)s, %(tier)s,
+       (SELECT range_agg(int4range(o, o, '[]')) FROM unnest(%(ordinals)s::int[]) AS o)
+"""
+
+# Fragments written and expired within this transaction: now in one of its new segments.
+_PLACE_DEAD = """
+UPDATE pgbraid.bm25_dead d SET segment = s.segment
+FROM pgbraid.bm25_segments s
+WHERE s.pipeline_id = %(pipeline)s AND s.segment = ANY(%(segments)s::int[])
+  AND d.partition_id = s.partition_id AND d.segment IS NULL AND s.ordinals @> d.ordinal
+"""
+
 # The partition key of fragment f in SQL (as partition_key: code point order).
 PARTITION_OF = """ARRAY(SELECT c FROM unnest(f.classifications) AS c GROUP BY c
                         ORDER BY c COLLATE "C")"""
@@ -73,9 +88,12 @@ WITH gone AS (
     JOIN pgbraid.bm25_partitions p ON p.pipeline_id = f.pipeline_id AND p.classifications = """ \
     + PARTITION_OF + """
     WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
-dead AS (
-    INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal)
-    SELECT %(pipeline)s, bm25_partition, bm25_ordinal FROM gone ON CONFLICT DO NOTHING)
+dead AS (  -- fragments with postings, in the segment holding them (NULL: not flushed yet)
+    INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal, segment)
+    SELECT %(pipeline)s, g.bm25_partition, g.bm25_ordinal,
+           (SELECT s.segment FROM pgbraid.bm25_segments s
+             WHERE s.partition_id = g.bm25_partition AND s.ordinals @> g.bm25_ordinal)
+    FROM gone g WHERE g.bm25_length > 0 ON CONFLICT DO NOTHING)
 INSERT INTO pgbraid.bm25_partition_stats (partition_id, config, fragments, total_length)
 SELECT bm25_partition, config, -count(*), -sum(bm25_length) FROM gone GROUP BY 1, 2
 ON CONFLICT (partition_id, config) DO UPDATE SET
@@ -213,14 +231,15 @@ def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending,
         " WHERE pipeline_id = %(p)s RETURNING next_segment - %(n)s",
         {"n": len(parts), "p": pipeline_id}).fetchone()[0]
     for segment, (partition, part) in enumerate(sorted(parts.items()), start=base):
-        conn.execute("INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment,"
-                     " fragments, tier) VALUES (%s, %s, %s, %s, %s)",
-                     (pipeline_id, partition, segment, len(part), tier_of(len(part))))
+        conn.execute(_SEGMENT, {"pipeline": pipeline_id, "partition": partition,
+                                "segment": segment, "fragments": len(part),
+                                "tier": tier_of(len(part)), "ordinals": part.ordinals})
         packed = _pack(part)
         if packed["terms"]:
             conn.execute(INSERT_POSTINGS, {"pipeline": pipeline_id, "partition": partition,
                                            "segment": segment, **packed})
     _count(conn, pending)
+    conn.execute(_PLACE_DEAD, {"pipeline": pipeline_id, "segments": list(range(base, base + len(parts)))})
     for partition in sorted(parts):
         bm25_merge.merge_tiers(conn, pipeline_id, partition, since=first_segment)
     return set(parts)
@@ -240,6 +259,13 @@ def merge_since(conn: psycopg.Connection, pipeline_id: int, first_segment: int,
     for partition in sorted(partitions):
         bm25_merge.merge_call(conn, pipeline_id, partition, first_segment)
         bm25_merge.merge_tiers(conn, pipeline_id, partition)
+    bm25_merge.compact(conn, pipeline_id)
+
+
+def compact(conn: psycopg.Connection, pipeline_id: int) -> int:
+    """Rewrite the segments of the pipeline heavy with dead fragments (bm25_merge.DEAD_SHARE)."""
+    lock(conn, pipeline_id)
+    return bm25_merge.compact(conn, pipeline_id)
 
 
 def merge_tiers(conn: psycopg.Connection, pipeline_id: int, *, everything: bool = False) -> int:

@@ -173,6 +173,7 @@ def remove_document(session: Callable, pipeline: Pipeline, external_id: str) -> 
                                   " AND version = %s", (row[0], row[1])).fetchone()[0]
         _expire(conn, pipeline, version_id)
         conn.execute("UPDATE pgbraid.documents SET current_version = NULL WHERE id = %s", (row[0],))
+        bm25_index.compact(conn, pipeline.id)
         return True
 
 

@@ -46,8 +46,9 @@ CREATE TABLE pgbraid.bm25_segments (
     tenant_id     text NOT NULL DEFAULT current_setting('pgbraid.tenant'),
     partition_id  bigint NOT NULL REFERENCES pgbraid.bm25_partitions ON DELETE CASCADE,
     segment       integer NOT NULL,
-    fragments     integer NOT NULL,
+    fragments     integer NOT NULL,  -- whose postings it holds (dead ones until dropped)
     tier          integer NOT NULL,
+    ordinals      int4multirange NOT NULL,  -- covers them: says which segment a fragment is in
     PRIMARY KEY (pipeline_id, segment)
 );
 CREATE INDEX bm25_segments_partition ON pgbraid.bm25_segments (partition_id, segment);
@@ -70,13 +71,19 @@ CREATE INDEX bm25_postings_segment ON pgbraid.bm25_postings (pipeline_id, segmen
 ALTER TABLE pgbraid.bm25_postings ALTER COLUMN ordinals SET STORAGE EXTERNAL,
     ALTER COLUMN tfs SET STORAGE EXTERNAL, ALTER COLUMN lengths SET STORAGE EXTERNAL;
 
+-- An expired fragment whose postings are still in a segment (NULL: not yet
+-- flushed, within the writing transaction). Merging the segment drops its
+-- postings and, by the cascade, the row.
 CREATE TABLE pgbraid.bm25_dead (
     pipeline_id   bigint NOT NULL REFERENCES pgbraid.pipelines ON DELETE CASCADE,
     tenant_id     text NOT NULL DEFAULT current_setting('pgbraid.tenant'),
     partition_id  bigint NOT NULL REFERENCES pgbraid.bm25_partitions ON DELETE CASCADE,
     ordinal       integer NOT NULL,
-    PRIMARY KEY (partition_id, ordinal)
+    segment       integer,
+    PRIMARY KEY (partition_id, ordinal),
+    FOREIGN KEY (pipeline_id, segment) REFERENCES pgbraid.bm25_segments ON DELETE CASCADE
 );
+CREATE INDEX bm25_dead_segment ON pgbraid.bm25_dead (pipeline_id, segment);
 
 DO $$
 DECLARE t text;
@@ -127,10 +134,13 @@ FROM (SELECT pipeline_id, max(segment) AS last FROM rebuilt GROUP BY pipeline_id
 WHERE r.pipeline_id = s.pipeline_id;
 
 -- A segment's tier as bm25_index.tier_of computes it (TIER_BASE 64, MERGE_FACTOR 8).
-INSERT INTO pgbraid.bm25_segments (pipeline_id, tenant_id, partition_id, segment, fragments, tier)
-SELECT pipeline_id, tenant_id, partition_id, segment, fragments,
-       CASE WHEN fragments > 64 THEN floor(ln(fragments / 64.0) / ln(8.0))::int + 1 ELSE 0 END
-FROM rebuilt;
+INSERT INTO pgbraid.bm25_segments
+    (pipeline_id, tenant_id, partition_id, segment, fragments, tier, ordinals)
+SELECT r.pipeline_id, r.tenant_id, r.partition_id, r.segment, r.fragments,
+       CASE WHEN r.fragments > 64 THEN floor(ln(r.fragments / 64.0) / ln(8.0))::int + 1 ELSE 0 END,
+       (SELECT range_agg(int4range(l.bm25_ordinal, l.bm25_ordinal, '[]')) FROM live l
+        WHERE l.bm25_partition = r.partition_id)
+FROM rebuilt r;
 
 -- Packed little-endian arrays, as bm25_index writes them: int32 ordinals, uint16 tf and length.
 CREATE FUNCTION pg_temp.le4(x integer) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
