@@ -254,10 +254,12 @@ def next_segment(conn: psycopg.Connection, pipeline_id: int) -> int:
 def merge_since(conn: psycopg.Connection, pipeline_id: int, first_segment: int,
                 partitions: set[int]) -> None:
     """At the end of an ingest call: merge each partition it wrote to's segments since
-    ``first_segment`` into one, then that partition's full tiers."""
+    ``first_segment`` into one (absorbing older segments of lower tiers), then that
+    partition's full tiers; then rewrite dead-heavy segments."""
     lock(conn, pipeline_id)
     for partition in sorted(partitions):
         bm25_merge.merge_call(conn, pipeline_id, partition, first_segment)
+        bm25_merge.absorb(conn, pipeline_id, partition, first_segment)
         bm25_merge.merge_tiers(conn, pipeline_id, partition)
     bm25_merge.compact(conn, pipeline_id)
 

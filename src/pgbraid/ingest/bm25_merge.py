@@ -9,7 +9,7 @@ so a partition's layout depends on the writes to it and nothing else:
 
 - within an ingest call, the partition's segments written since the call began
   merge by size tier (MERGE_FACTOR of a tier make one of the next), and at the
-  end of the call into one;
+  end of the call into one, which absorbs the older segments of lower tiers;
 - then the partition's segments of the same size tier merge once MERGE_FACTOR
   exist;
 - a segment whose dead fragments reach DEAD_SHARE is rewritten alone.
@@ -70,6 +70,18 @@ FROM sources
 RETURNING fragments
 """
 
+# The call's segment and the older ones of lower tiers (NULL when there are none).
+_ABSORB = """
+WITH last AS (
+    SELECT segment, tier FROM pgbraid.bm25_segments
+    WHERE partition_id = %(partition)s AND segment >= %(first)s
+    ORDER BY segment DESC LIMIT 1)
+SELECT array_agg(s.segment ORDER BY s.segment) || (SELECT segment FROM last)
+FROM pgbraid.bm25_segments s, last
+WHERE s.partition_id = %(partition)s AND s.segment < last.segment AND s.tier < last.tier
+HAVING count(*) > 0
+"""
+
 # Segments in which dead fragments reach a share of those held.
 _DEAD_HEAVY = """
 SELECT s.partition_id, s.segment FROM pgbraid.bm25_segments s
@@ -92,6 +104,17 @@ def merge_call(conn: psycopg.Connection, pipeline_id: int, partition: int,
     if len(segments) < 2:
         return False
     _merge(conn, pipeline_id, partition, segments)
+    return True
+
+
+def absorb(conn: psycopg.Connection, pipeline_id: int, partition: int, first_segment: int) -> bool:
+    """Merge the segment an ingest call left (the newest from ``first_segment`` on) with
+    the partition's older segments of lower tiers, so tiers never grow from old to new
+    and small old segments do not linger under big new ones."""
+    row = conn.execute(_ABSORB, {"partition": partition, "first": first_segment}).fetchone()
+    if row is None or row[0] is None:
+        return False
+    _merge(conn, pipeline_id, partition, row[0])
     return True
 
 
