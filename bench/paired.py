@@ -10,7 +10,7 @@ sequence (``bench lexical``'s ``ensure_scifact`` / ``ensure_big``), so the
 engines must also return the same hits with the same scores: checked first.
 
     python -m bench.paired --base-src ../wt-base/src --base-data DIR --new-data DIR \
-        [--also NAME=DIR ...] [--rounds 3]
+        [--also NAME=DIR ...] [--rounds 3] [--ingest] [--skip-search]
 
 ``--also`` adds more data directories served by this checkout (say, a copy of
 the baseline's directory after this checkout's migrations ran on it).
@@ -31,7 +31,7 @@ from typing import Any, Callable
 import pgbraid
 
 from .common import percentiles, table
-from .lexical import BIG, SCIFACT, code_chunks, scifact_queries
+from .lexical import BIG, SCIFACT, code_chunks, scifact_docs, scifact_queries
 
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -109,6 +109,61 @@ def report(title: str, samples: dict[str, list[float]]) -> list[list[object]]:
     return rows
 
 
+def ingest_paired(engines: dict[str, Any], docs: list[dict], per_call: int,
+                  rounds: int) -> dict[str, list[float]]:
+    """Seconds to ingest ``docs`` (``per_call`` a call) into a new pipeline, per engine,
+    the engines taking turns; each pipeline is deleted afterwards."""
+    names = list(engines)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for turn in range(rounds):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            client, pipeline = engines[name], f"paired-ingest-{turn}"
+            client.create_pipeline(pipeline, embedder="none", chunk_size=20_000)
+            start = time.perf_counter()
+            for at in range(0, len(docs), per_call):
+                client.ingest(pipeline, docs[at:at + per_call])
+            samples[name].append(time.perf_counter() - start)
+            client.delete_pipeline(pipeline)
+    return samples
+
+
+def _engines(args: argparse.Namespace) -> dict[str, Any]:
+    base = load_base(args.base_src)
+    engines = {args.base_name: base.connect(data_dir=args.base_data, statement_timeout_ms=300_000),
+               "this checkout": pgbraid.connect(data_dir=args.new_data, statement_timeout_ms=300_000)}
+    for entry in args.also:
+        name, _, folder = entry.partition("=")
+        engines[name] = pgbraid.connect(data_dir=Path(folder), statement_timeout_ms=300_000)
+    print("schema versions:", {name: _schema(client) for name, client in engines.items()})
+    return engines
+
+
+def search_tables(engines: dict[str, Any], rounds: int) -> None:
+    queries = [t for _, t in scifact_queries()[0]]
+    chunks = code_chunks()
+    plan = [(SCIFACT, "bm25", "SciFact queries", queries, rounds),
+            (SCIFACT, "bm25", "30-token code chunks", chunks, 3 * rounds),
+            (BIG, "bm25", "SciFact queries", queries, rounds),
+            (BIG, "bm25", "30-token code chunks", chunks, 3 * rounds),
+            (BIG, "fulltext", "SciFact queries", queries, 1)]
+    for pipeline, strategy, label, texts, times in plan:
+        same = check_same(engines, pipeline, strategy, texts)
+        samples = paired(engines, pipeline, strategy, texts, times)
+        report(f"{pipeline}, {strategy}, {label} ({len(texts)} x {times}): "
+               f"same answers {same}/{len(texts)}", samples)
+
+
+def ingest_tables(engines: dict[str, Any], rounds: int) -> None:
+    docs = [{"id": d["_id"], "title": d["title"], "text": d["text"]} for d in scifact_docs()]
+    for count, per_call in ((2000, 2000), (300, 10)):
+        samples = ingest_paired(engines, docs[:count], per_call, rounds)
+        base = statistics.median(next(iter(samples.values())))
+        table(f"ingest {count} SciFact abstracts, {per_call} a call ({rounds} rounds)",
+              ["engine", "median s", "per document ms", "/ baseline"],
+              [[n, statistics.median(v), 1000 * statistics.median(v) / count,
+                statistics.median(v) / base] for n, v in samples.items()])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench.paired")
     parser.add_argument("--base-src", type=Path, required=True)
@@ -117,27 +172,15 @@ def main() -> None:
     parser.add_argument("--also", action="append", default=[], metavar="NAME=DIR")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--base-name", default="baseline")
+    parser.add_argument("--skip-search", action="store_true")
+    parser.add_argument("--ingest", action="store_true",
+                        help="also time ingestion (new pipelines, deleted afterwards)")
     args = parser.parse_args()
-    base = load_base(args.base_src)
-    engines = {args.base_name: base.connect(data_dir=args.base_data, statement_timeout_ms=300_000),
-               "this checkout": pgbraid.connect(data_dir=args.new_data, statement_timeout_ms=300_000)}
-    for entry in args.also:
-        name, _, folder = entry.partition("=")
-        engines[name] = pgbraid.connect(data_dir=Path(folder), statement_timeout_ms=300_000)
-    schemas = {name: _schema(client) for name, client in engines.items()}
-    print("schema versions:", schemas)
-    queries = [t for _, t in scifact_queries()[0]]
-    chunks = code_chunks()
-    plan = [(SCIFACT, "bm25", "SciFact queries", queries, args.rounds),
-            (SCIFACT, "bm25", "30-token code chunks", chunks, 3 * args.rounds),
-            (BIG, "bm25", "SciFact queries", queries, args.rounds),
-            (BIG, "bm25", "30-token code chunks", chunks, 3 * args.rounds),
-            (BIG, "fulltext", "SciFact queries", queries, 1)]
-    for pipeline, strategy, label, texts, rounds in plan:
-        same = check_same(engines, pipeline, strategy, texts)
-        samples = paired(engines, pipeline, strategy, texts, rounds)
-        report(f"{pipeline}, {strategy}, {label} ({len(texts)} x {rounds}): "
-               f"same answers {same}/{len(texts)}", samples)
+    engines = _engines(args)
+    if not args.skip_search:
+        search_tables(engines, args.rounds)
+    if args.ingest:
+        ingest_tables(engines, args.rounds)
     for client in engines.values():
         client.close()
 
