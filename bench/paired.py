@@ -145,7 +145,9 @@ def search_tables(engines: dict[str, Any], rounds: int) -> None:
             (SCIFACT, "bm25", "30-token code chunks", chunks, 3 * rounds),
             (BIG, "bm25", "SciFact queries", queries, rounds),
             (BIG, "bm25", "30-token code chunks", chunks, 3 * rounds),
-            (BIG, "fulltext", "SciFact queries", queries, 1)]
+            # AND semantics: most SciFact claims match nothing, and explaining why
+            # reads every fragment holding any token (seconds at 100k): 5k here.
+            (SCIFACT, "fulltext", "SciFact queries", queries[:100], 1)]
     for pipeline, strategy, label, texts, times in plan:
         same = check_same(engines, pipeline, strategy, texts)
         samples = paired(engines, pipeline, strategy, texts, times)
