@@ -25,6 +25,7 @@ from ..scope import Scope
 from . import query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 
+# Ties in ingest order (fragment ids are random).
 _SEARCH = """
 SELECT {columns}, ts_rank_cd(f.tsv, q.query, 1) AS score
 FROM (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS query) AS q,
@@ -32,14 +33,12 @@ FROM (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS query) AS
      JOIN pgbraid.versions v ON v.id = f.version_id
      JOIN pgbraid.documents d ON d.id = f.document_id
 WHERE {scope} AND f.tsv @@ q.query AND ts_rank_cd(f.tsv, q.query, 1) >= %(threshold)s
-ORDER BY score DESC, f.id
+ORDER BY score DESC, f.bm25_ordinal
 LIMIT %(k)s
 """
 
-_QUERY_TEXT = """
-SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text,
-       (SELECT configs FROM pgbraid.bm25_stats WHERE pipeline_id = %(pipeline)s::bigint)
-"""
+# The tsquery, and the text-search configurations of the partitions in scope.
+_QUERY_TEXT = sql.SQL("SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text, {configs}")
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 MAX_EXPLAINED_TOKENS = 64
@@ -69,16 +68,19 @@ class FullText(Strategy):
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        config = query_language.choose(context.languages, pipeline, request.query)
+        held = scope.classifications
+        config = query_language.choose(context.languages, pipeline, held, request.query)
         params: dict[str, Any] = {"config": config, "query": request.query, "k": k,
-                                  "pipeline": pipeline.id,
                                   "threshold": request.params.get("threshold") or 0.0}
-        tsquery, configs = conn.execute(_QUERY_TEXT, params).fetchone()
-        again = query_language.recheck(context.languages, pipeline, request.query, config,
+        partitions, partition_params = scope.partitions("p")
+        statement = _QUERY_TEXT.format(
+            configs=sql.SQL(query_language.CONFIGS).format(partitions=partitions))
+        tsquery, configs = conn.execute(statement, {**params, **partition_params}).fetchone()
+        again = query_language.recheck(context.languages, pipeline, held, request.query, config,
                                        configs)
         if again:
             config = params["config"] = again
-            tsquery = conn.execute(_QUERY_TEXT, params).fetchone()[0]
+            tsquery = conn.execute(statement, {**params, **partition_params}).fetchone()[0]
         tokens = tokens_of(tsquery)
         details: dict[str, Any] = {"raw_query": request.query, "config": config,
                                    "tsquery": tsquery, "tokens": tokens}
