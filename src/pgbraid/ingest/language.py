@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-from functools import lru_cache
 
 # ISO 639-1 -> PostgreSQL text search configuration (all built into PostgreSQL 18).
 CONFIGS = {
