@@ -42,7 +42,7 @@ def describe() -> dict[str, dict[str, Any]]:
                        "params": [p.describe() for p in table.values()]}
     types["history"] = {
         "description": params.DESCRIPTIONS["history"], "as_of": True,
-        "params": [params.STRATEGY.describe()],
+        "params": [p.describe() for p in (*params.PAGING, params.STRATEGY)],
         "params_of": "the chosen strategy's params, as for that type"}
     return {"types": types, "aliases": dict(ALIASES)}
 

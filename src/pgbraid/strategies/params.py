@@ -111,7 +111,7 @@ K = Param("k", "integer", 5, "hits to return; 0 returns none. offset + k is at m
 OFFSET = Param("offset", "integer", 0, "hits to skip: a page holds hits offset+1 .. offset+k "
                "of the ranking; the response then carries next_cursor", low=0)
 HIGHLIGHT = Param("highlight", "boolean", False, "add highlights to each hit: passages of its "
-                  "own fragment, HTML-escaped, the matched words in <mark>...</mark>")
+                  "own fragment, HTML-escaped, each matched word in a mark element")
 PAGING = (K, OFFSET)
 
 # -- fused plans (planner.py) -----------------------------------------------------
