@@ -6,8 +6,8 @@ and delete 1 %: 7,500 versions, 2,900 current. The time after the first
 ingest and after the last round are noted. For each versioned strategy, the
 test claims are searched (k = 10) as they are now (indexes: GIN, trigram
 GIN, HNSW, BM25 postings) and as of each noted time (exact scans of the
-fragments valid then); then a page 2 through a cursor, and what issuing the
-cursor costs. Vectors: the model's, computed once per abstract and cached
+fragments valid then); then pages: what issuing a cursor costs, and page 2
+through it, before and after a write. Vectors: the model's, computed once per abstract and cached
 (a revision keeps its abstract's vector), and the queries' passed as
 params.vector, so the figures are the database's, not the model's.
 """
@@ -114,15 +114,25 @@ def run(quick: bool = False) -> None:
 
 
 def paging(client, texts: list[str], vecs: list) -> None:
-    rows = []
-    for strategy in ("bm25", "similarity"):
+    """A search, its first page, the second through the cursor while nothing in scope was
+    written since (current indexes), and again after one write (as of the cursor's time)."""
+    rows, cursors = [], {}
+    for strategy in ("bm25", "fulltext", "similarity"):
         plain = measure(client, strategy, texts, vecs)
         first = measure(client, strategy, texts, vecs, params={"offset": 0})
-        cursors = [client.search(PIPELINE, **request(strategy, t, v, params={"offset": 0}))
-                   .next_cursor for t, v in zip(texts, vecs)]
-        samples = [timed(lambda: client.search(PIPELINE, **request(strategy, t, v), cursor=c))
-                   for t, v, c in zip(texts, vecs, cursors) if c]
-        rows.append([strategy, *plain, *first, *percentiles(samples)])
-    table("pages, ms: a search, its first page (offset 0: the cursor's time is read), "
-          "the second page (through the cursor: as of that time)",
-          ["strategy", "search p50", "p95", "page 1 p50", "p95", "page 2 p50", "p95"], rows)
+        cursors[strategy] = [(t, v, client.search(PIPELINE, **request(
+            strategy, t, v, params={"offset": 0})).next_cursor) for t, v in zip(texts, vecs)]
+        rows.append([strategy, *plain, *first, *_second(client, strategy, cursors[strategy])])
+    client.ingest(PIPELINE, [{"id": "bench-history-extra", "text": "one more abstract"}])
+    for row in rows:
+        row.extend(_second(client, row[0], cursors[row[0]]))
+    table("pages, ms: a search; its first page (offset 0, the cursor's time is read); the "
+          "second page through the cursor, nothing written since (current indexes), and after "
+          "one write (as of the cursor's time)",
+          ["strategy", "search p50", "p95", "page 1 p50", "p95", "page 2 p50", "p95",
+           "after a write p50", "p95"], rows)
+
+
+def _second(client, strategy: str, cursors: list) -> tuple[float, float]:
+    return percentiles([timed(lambda: client.search(PIPELINE, **request(strategy, t, v),
+                                                    cursor=c)) for t, v, c in cursors if c])

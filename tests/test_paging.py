@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 import uuid
 
 import pytest
@@ -200,3 +201,18 @@ def test_versions_are_stamped_in_commit_order(client, pipeline, monkeypatch):
     a_from = client.versions(pipeline, "g0")[-1]["valid_from"]
     b_from = client.versions(pipeline, f"g{PAGE}")[-1]["valid_from"]
     assert a_from > b_from
+
+
+def test_a_later_page_uses_the_current_indexes_until_the_reader_sees_a_write(client, pipeline):
+    client.ingest(pipeline, corpus(1))
+    first = client.search(pipeline, QUERY, type="bm25", params={"k": PAGE, "offset": 0})
+    quiet = client.search(pipeline, QUERY, type="bm25", params={"k": PAGE},
+                          cursor=first.next_cursor)
+    assert "index" not in quiet.trace.retrievers[0].details  # the postings answered
+    client.ingest(pipeline, corpus(2)[:3])
+    after = client.search(pipeline, QUERY, type="bm25", params={"k": PAGE},
+                          cursor=first.next_cursor)
+    assert after.trace.retrievers[0].details["index"] == "forward index, as of"
+    assert ranked(after.hits) == ranked(quiet.hits)
+    assert after.as_of == quiet.as_of == datetime.fromisoformat(
+        client.versions(pipeline, "g29")[0]["valid_from"])

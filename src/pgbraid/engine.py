@@ -98,6 +98,8 @@ class Engine:
                                            asked.classification)
             request = asked.model_copy(update={"classification": held})
             scope = Scope(pipeline.id, held, request.filters, as_of=page.as_of)
+            if paging.still_current(snapshot.conn, page, scope):
+                scope = dataclasses.replace(scope, as_of=None)  # the same versions, indexed
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
                 legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
@@ -114,7 +116,8 @@ class Engine:
         hits = response.hits
         if asked.params.get("highlight"):
             hits = _highlighted(conn, scope, legs, hits, asked.group_by == "document")
-        versioned = all(strategies.get(leg.strategy).versioned for leg in plan.legs)
+        # A graph leg of auto runs on current edges, its documents as of the cursor's time.
+        versioned = any(strategies.get(leg.strategy).versioned for leg in plan.legs)
         cursor = paging.next_cursor(conn, asked, page, scope, len(hits), versioned)
         trace = response.trace.model_copy(update={"ms": _ms(started)})
         return response.model_copy(update={"hits": hits, "next_cursor": cursor, "trace": trace})

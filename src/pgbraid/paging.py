@@ -28,6 +28,11 @@ it and commit after it. The time depends only on versions the reader may see
 which holds the same versions. Graph is not versioned: its cursor holds no
 time. The cursor is base64 JSON, not a secret: it grants nothing the request
 could not ask.
+
+A later page whose time is still the latest version time the reader can see
+(no version it may see was written since) searches the current versions:
+they are exactly those valid at that time, and the current indexes answer in
+milliseconds where a search as of a time scans (``still_current``).
 """
 
 from __future__ import annotations
@@ -84,6 +89,16 @@ def open_page(request: SearchRequest, max_k: int) -> Page:
     return Page(offset, at if at is not None else request.as_of, True, pinned=at is not None)
 
 
+def still_current(conn: psycopg.Connection, page: Page, scope: Scope) -> bool:
+    """A cursor's page whose time no version in the reader's classifications has passed:
+    the versions valid at that time are the current ones."""
+    return page.pinned and page.as_of == _last_write(conn, scope)
+
+
+def _last_write(conn: psycopg.Connection, scope: Scope) -> datetime | None:
+    return conn.execute(_LAST_WRITE, scope.where("f")[1]).fetchone()[0]
+
+
 def next_cursor(conn: psycopg.Connection, request: SearchRequest, page: Page, scope: Scope,
                 hits: int, versioned: bool) -> str | None:
     """The cursor of the page after this one, when the caller pages and this one is full."""
@@ -91,7 +106,7 @@ def next_cursor(conn: psycopg.Connection, request: SearchRequest, page: Page, sc
         return None
     at = page.as_of
     if versioned and not page.pinned:
-        last = conn.execute(_LAST_WRITE, scope.where("f")[1]).fetchone()[0]
+        last = _last_write(conn, scope)
         at = last if at is None or (last is not None and last < at) else at
     body = {"o": page.offset + request.k, "t": at.isoformat() if at else None,
             "h": digest_of(request)}

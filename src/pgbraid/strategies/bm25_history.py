@@ -47,7 +47,9 @@ FROM pgbraid.fragments f WHERE {scope}
 """
 
 # Each query lexeme (as ingestion tokenizes: same configuration, code-aware
-# expansion) with its qtf, and its postings among the fragments valid at as_of.
+# expansion) with its qtf, and its postings among the fragments valid at as_of:
+# each fragment's arrays unnested once, kept where the term is the query's
+# (measured: array overlap (&&) or array_position per term cost 2-3x more).
 _FORWARD = """
 WITH q AS MATERIALIZED (
     SELECT lexeme AS term, array_length(positions, 1) AS qtf
@@ -57,9 +59,9 @@ p AS (
            array_agg(t.tf ORDER BY f.bm25_ordinal) AS tfs,
            array_agg(f.bm25_length ORDER BY f.bm25_ordinal) AS lengths
     FROM pgbraid.fragments f
-         CROSS JOIN LATERAL unnest(f.bm25_terms, f.bm25_tfs) AS t(term, tf)
-    WHERE {scope} AND f.bm25_terms && ARRAY(SELECT term FROM q)
-      AND t.term IN (SELECT term FROM q)
+         CROSS JOIN LATERAL (SELECT u.term, u.tf FROM unnest(f.bm25_terms, f.bm25_tfs) AS u(term, tf)
+                             WHERE u.term = ANY(ARRAY(SELECT term FROM q))) AS t
+    WHERE {scope}
     GROUP BY t.term)
 SELECT q.term, q.qtf, p.ordinals, p.tfs, p.lengths FROM q LEFT JOIN p USING (term)
 ORDER BY q.term
