@@ -81,7 +81,7 @@ def _serve(env: dict, port: int) -> subprocess.Popen:
 
 
 def _queries() -> list[str]:
-    rows = list(read_jsonl(DATA / "beir_scifact" / "queries.jsonl.gz"))
+    rows = list(read_jsonl(DATA / "beir_scifact" / "queries.jsonl"))
     return [r["text"] for r in rows[:200]]
 
 
@@ -167,10 +167,10 @@ def run(quick: bool = False) -> None:
     created = _pgbraid("keys", "create", "--pipeline", PIPELINE, "--permissions",
                        "read,write,execute", "--json", env=env)
     key = json.loads(created.stdout)["key"]
+    stats, queries = Stats(), _queries()  # before the server: nothing left running on error
     port = _free_port()
     server = _serve(env, port)
     base, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
-    stats, queries = Stats(), _queries()
     seconds = 15 if quick else SECONDS
     try:
         stop = time.monotonic() + seconds

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import embedders, grounding, pipelines, sources
+from . import apikeys, embedders, grounding, pipelines, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -16,11 +16,11 @@ from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
-from .ingest.readers import FieldMap, ReadError, SourceDocument, document_from_record, read
+from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
-                     parse_classifications, parse_version, printable, shown,
-                     validate_document_id, validate_name)
+                     parse_classifications, parse_version, printable, validate_document_id,
+                     validate_name)
 from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
@@ -46,6 +46,23 @@ class Client:
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
+        self._borrowed = False
+
+    def acting_as(self, principal: Principal) -> "Client":
+        """A client over this one's pool and engine acting as ``principal`` (the HTTP
+        layer: one client per process, one principal per request). Closing it is a no-op."""
+        other = Client(self._db, self.settings, self.server, principal)
+        other._engine, other._borrowed = self.engine, True
+        return other
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal an API key stands for (Unauthorized when none, revoked or expired)."""
+        return apikeys.authenticate(lambda: self._db.session(""), token)
+
+    def ready(self) -> dict[str, Any]:
+        """PostgreSQL reachable and every migration applied (BackendUnavailable otherwise)."""
+        self._db.ready()
+        return {"status": "ready"}
 
     @property
     def tenant(self) -> str:
@@ -152,7 +169,7 @@ class Client:
         with self._session() as conn:
             target = pipelines.get(conn, pipeline)
         embedder = self.embedder(target.embedder) if target.embedder else None
-        report = ingest(self._session, target, _items(source, fields), embedder=embedder,
+        report = ingest(self._session, target, items(source, fields), embedder=embedder,
                         on_error=on_error, progress=progress)
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
@@ -193,6 +210,37 @@ class Client:
         return self.engine.versions(self.principal, pipeline, document_id,
                                     classification=classification)
 
+    def documents(self, pipeline: str, *, after: str | None = None, limit: int = 100,
+                  classification: Any = None) -> dict[str, Any]:
+        """A page of current documents in id order: ``{"documents": [...], "next": cursor}``;
+        pass ``next`` as ``after`` for the following page (None after the last)."""
+        validate_name("pipeline", pipeline)
+        return self.engine.documents(self.principal, pipeline, after=after, limit=limit,
+                                     classification=classification)
+
+    def fragment(self, pipeline: str, fragment_id: int, *,
+                 classification: Any = None) -> dict[str, Any]:
+        validate_name("pipeline", pipeline)
+        return self.engine.fragment(self.principal, pipeline, fragment_id,
+                                    classification=classification)
+
+    # -- API keys (the tenant's admin; see apikeys.py) -----------------------------------
+
+    def create_key(self, **grants: Any) -> dict[str, str]:
+        """A new key of this tenant, ``{"id", "key"}`` (the key is shown only now):
+        ``pipeline`` (or "*"), ``permissions``, ``classification``, ``expires``, ``admin``."""
+        with self._session() as conn:
+            return apikeys.create(conn, self.principal, **grants)
+
+    def keys(self) -> list[dict[str, Any]]:
+        with self._session() as conn:
+            return apikeys.listing(conn, self.principal)
+
+    def revoke_key(self, key_id: str) -> dict[str, str]:
+        """Revoke a key: the next request that presents it is refused."""
+        with self._session() as conn:
+            return apikeys.revoke(conn, self.principal, key_id)
+
     # -- graph ----------------------------------------------------------------------
 
     def load_graph(self, pipeline: str, *, vertices: Path | str | None = None,
@@ -210,15 +258,9 @@ class Client:
     def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
                            edges: list[tuple] = ()) -> dict[str, int]:
         """Load in-memory vertices (type, key, label, documents) and edges
-        (src_type, src, type, dst_type, dst[, weight])."""
+        (src_type, src, type, dst_type, dst[, weight[, directed]]), all or nothing."""
         self.principal.require(pipeline, "write")
-        data = graph.GraphLoad(vertices=[(t, str(k), l, list(d)) for t, k, l, d in vertices])
-        for n, edge in enumerate(edges, start=1):
-            weight = float(edge[5]) if len(edge) > 5 else 1.0
-            if (edge[0], str(edge[1])) == (edge[3], str(edge[4])):
-                data.errors.append(f"record {n}: self-loop on {edge[0]}:{edge[1]}")
-            data.edges.append((edge[0], str(edge[1]), edge[2], edge[3], str(edge[4]), weight, True,
-                               f"record {n}"))
+        data = graph.from_records(vertices, edges)
         with self._session() as conn:
             return graph.load(conn, pipelines.get(conn, pipeline).id, data)
 
@@ -262,6 +304,7 @@ class Client:
                 sources.retire(admin, retired)
 
     def source(self, name: str) -> dict[str, Any]:
+        self.principal.require(ANY_PIPELINE, "read")
         validate_name("entity source", name)
         with self._session() as conn:
             source = sources.get(conn, name)
@@ -270,6 +313,7 @@ class Client:
         return {**source.as_dict(), "missing_indexes": missing}
 
     def sources(self) -> list[dict[str, Any]]:
+        self.principal.require(ANY_PIPELINE, "read")
         with self._session() as conn:
             return [s.as_dict() for s in sources.list_all(conn)]
 
@@ -300,7 +344,8 @@ class Client:
                                 gates=grounding.Gates(pgsearch=self.settings.pgsearch))
 
     def close(self) -> None:
-        self._db.close()
+        if not self._borrowed:
+            self._db.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -317,21 +362,6 @@ def _check_lookup(entity: str, value: Any, scope: dict[str, Any] | None) -> None
     for column, wanted in (scope or {}).items():
         if isinstance(wanted, str):
             check_text(wanted, f"scope value of {printable(str(column), 40)}", "scope")
-
-
-def _items(source: Iterable[Any], fields: FieldMap) -> Iterable[SourceDocument | ReadError]:
-    paths: list[Path] = []
-    for item in source:
-        if isinstance(item, dict):
-            where = f"record {shown(item.get(fields.id))}"
-            try:
-                yield document_from_record(item, fields, source=where)
-            except InvalidRequest as exc:  # reported per record, not raised
-                yield ReadError(where, exc.message)
-        else:
-            paths.append(Path(item))
-    if paths:
-        yield from read(paths, fields)
 
 
 def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,

@@ -55,6 +55,13 @@ class Settings(BaseSettings):
     """UTF-8 bytes of any one string in a filter."""
     filter_max_bytes: int = Field(65_536, ge=256, le=16 << 20)
     """About a filter's size as JSON."""
+    max_body_bytes: int = Field(8 << 20, ge=1024, le=1 << 30)
+    """The largest HTTP request body (413 beyond it)."""
+    shutdown_timeout: float = Field(30.0, ge=0, le=3600)
+    """Seconds ``pgbraid serve`` waits for in-flight requests on SIGTERM / SIGINT."""
+    no_auth: bool = False
+    """Set by ``pgbraid serve --no-auth`` for its workers: every request from loopback acts
+    as the tenant's admin. Not meant to be set by hand."""
 
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or default_data_dir()).expanduser().resolve()

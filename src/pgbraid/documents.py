@@ -15,7 +15,7 @@ from .pipelines import Pipeline
 _VERSION = """
 SELECT d.external_id AS document_id, v.version, v.title, v.body AS text, v.metadata,
        v.classifications, v.language, v.source, v.valid_from, v.valid_to,
-       (v.version = d.current_version) AS current, d.quarantined,
+       coalesce(v.version = d.current_version, false) AS current, d.quarantined,
        (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments
 FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
@@ -58,7 +58,7 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT v.version, v.valid_from, v.valid_to, v.content_hash,"
-            " (v.version = d.current_version) AS current"
+            " coalesce(v.version = d.current_version, false) AS current"
             " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id"
             " WHERE d.pipeline_id = %s AND d.external_id = %s AND v.classifications && %s::text[]"
             " ORDER BY v.version",
@@ -70,3 +70,64 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
         for key in ("valid_from", "valid_to"):
             row[key] = row[key].isoformat() if row[key] else None
     return rows
+
+
+MAX_PAGE = 1000
+
+# Current documents whose current version the classifications may see, by id, after a cursor.
+_LISTING = """
+SELECT d.external_id AS document_id, v.version, v.title, v.classifications, v.language,
+       v.valid_from, d.quarantined
+FROM pgbraid.documents d JOIN pgbraid.versions v
+  ON v.document_id = d.id AND v.version = d.current_version
+WHERE d.pipeline_id = %(pipeline)s AND v.classifications && %(classifications)s::text[]
+  AND (%(after)s::text IS NULL OR d.external_id > %(after)s::text)
+ORDER BY d.external_id LIMIT %(limit)s
+"""
+
+
+def listing(conn: psycopg.Connection, pipeline: Pipeline, *, classifications: tuple[str, ...],
+            after: str | None = None, limit: int = 100) -> dict[str, Any]:
+    """A page of current documents in id order; ``next`` is the cursor of the next page
+    (the last id of this one), None after the last."""
+    if after is not None:
+        validate_document_id(after, "after")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}, got {shown(limit)}",
+                             field="limit")
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_LISTING, {"pipeline": pipeline.id, "after": after, "limit": limit + 1,
+                                      "classifications": list(classifications)}).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    for row in rows:
+        row["valid_from"] = row["valid_from"].isoformat()
+    return {"documents": rows, "next": rows[-1]["document_id"] if more else None}
+
+
+_FRAGMENT = """
+SELECT f.id AS fragment_id, d.external_id AS document_id, v.version, f.ordinal, f.section,
+       f.title, f.body AS page_content, f.metadata, f.classifications, f.language, f.current,
+       f.quarantined
+FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.id = f.version_id
+JOIN pgbraid.documents d ON d.id = f.document_id
+WHERE f.pipeline_id = %(pipeline)s AND f.id = %(id)s
+  AND f.classifications && %(classifications)s::text[]
+"""
+
+
+def fragment(conn: psycopg.Connection, pipeline: Pipeline, fragment_id: int, *,
+             classifications: tuple[str, ...]) -> dict[str, Any]:
+    """One fragment by id, of any version; one the classifications may not see is
+    "not found", like one that does not exist."""
+    if isinstance(fragment_id, bool) or not isinstance(fragment_id, int) \
+            or not 1 <= fragment_id < 2**63:
+        raise InvalidRequest(f"a fragment id is a positive integer, got {shown(fragment_id)}",
+                             field="fragment_id")
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_FRAGMENT, {"pipeline": pipeline.id, "id": fragment_id,
+                                      "classifications": list(classifications)}).fetchone()
+    if row is None:
+        raise NotFound(f"fragment {fragment_id} has no version visible to this caller",
+                       fragment_id=fragment_id)
+    return row

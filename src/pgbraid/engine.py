@@ -282,6 +282,25 @@ class Engine:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
             return documents.versions(snapshot.conn, pipeline, document_id, classifications=held)
 
+    def documents(self, principal: Principal, pipeline_name: str, *, after: str | None = None,
+                  limit: int = 100, classification: Any = None) -> dict[str, Any]:
+        """A page of the pipeline's current documents that the request may see."""
+        asked = parse_classifications(classification) if classification is not None else None
+        principal.require(pipeline_name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
+            return documents.listing(snapshot.conn, pipeline, classifications=held, after=after,
+                                     limit=limit)
+
+    def fragment(self, principal: Principal, pipeline_name: str, fragment_id: int, *,
+                 classification: Any = None) -> dict[str, Any]:
+        """One fragment by id (of any version) that the request may see."""
+        asked = parse_classifications(classification) if classification is not None else None
+        principal.require(pipeline_name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
+            return documents.fragment(snapshot.conn, pipeline, fragment_id, classifications=held)
+
 
 def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:
     """What a principal's counts may include: None (everything) for an unbounded one."""

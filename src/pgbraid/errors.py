@@ -3,7 +3,8 @@
     PgbraidError
      ├── InvalidRequest          bad input                                  400, exit 2
      │    ├── Conflict           it already exists                          409, exit 2
-     │    └── PayloadTooLarge    over a size limit                          413, exit 2
+     │    ├── PayloadTooLarge    over a size limit                          413, exit 2
+     │    └── MethodNotAllowed   an HTTP path without this method           405, exit 2
      ├── Unauthorized            no valid credentials                       401, exit 77
      ├── Forbidden               the caller may not do this                 403, exit 77
      ├── NotFound                unknown pipeline / document / version      404, exit 2
@@ -58,6 +59,10 @@ class PayloadTooLarge(InvalidRequest):
     pass
 
 
+class MethodNotAllowed(InvalidRequest):
+    pass
+
+
 class Unauthorized(PgbraidError):
     pass
 
@@ -96,7 +101,10 @@ ERRORS: dict[type[PgbraidError], Row] = {
     Conflict: Row("conflict", 409, 2, "the pipeline or entity source already exists"),
     PayloadTooLarge: Row("payload_too_large", 413, 2, "a query, filter or filter value over "
                          "its size limit"),
-    Unauthorized: Row("unauthorized", 401, 77, "no valid API key (HTTP)"),
+    MethodNotAllowed: Row("method_not_allowed", 405, 2, "the HTTP path exists, but not with "
+                          "this method"),
+    Unauthorized: Row("unauthorized", 401, 77, "no valid API key (HTTP): none, unknown, "
+                      "revoked or expired"),
     Forbidden: Row("forbidden", 403, 77, "the principal lacks the permission on the pipeline"),
     NotFound: Row("not_found", 404, 2, "unknown pipeline, document, version or entity source"),
     NotEnabled: Row("not_enabled", 501, 69, "the strategy or capability is not enabled or "

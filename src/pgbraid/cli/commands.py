@@ -207,30 +207,6 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
         emit(result) if as_json else show_mapping("evaluation", result)
 
 
-# -- documents ----------------------------------------------------------------
-
-@app.command()
-def document(pipeline: str, document_id: str, version: Optional[int] = None,
-             as_of: Optional[str] = typer.Option(None, help="ISO-8601 time (no offset: UTC)."),
-             classification: Optional[str] = None, history: bool = typer.Option(False, help="List versions."),
-             as_json: bool = JsonOpt) -> None:
-    """Read a document by id: current, --version N, --as-of TIME, or --history."""
-    with handled(as_json), connect() as client:
-        if history:
-            body: Any = client.versions(pipeline, document_id)
-        else:
-            body = client.document(pipeline, document_id, version=version, as_of=as_of,
-                                   classification=classification)
-        if as_json:
-            emit(body)
-        elif history:
-            for row in body:
-                console.print(f"v{row['version']}  {row['valid_from']} → {row['valid_to'] or 'current'}")
-        else:
-            show_mapping(f"{document_id} v{body['version']}", {k: v for k, v in body.items() if k != "text"})
-            console.print(body["text"])
-
-
 @app.command("embeddings-serve")
 def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-multilingual"),
                      host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -123,6 +123,16 @@ class Database:
             yield conn
 
 
+    def ready(self) -> None:
+        """Reachable, and every migration applied (BackendUnavailable otherwise)."""
+        from .migrations import pending
+
+        with self.admin() as conn:
+            missing = pending(conn)
+        if missing:
+            raise BackendUnavailable(f"migrations not applied: {', '.join(missing)}")
+
+
 class Snapshot:
     """One search's snapshot: its main session, and sessions that import it."""
 

@@ -118,3 +118,9 @@ def leakproof_missing(conn: psycopg.Connection) -> list[str]:
     return [s for s in LEAKPROOF_FUNCTIONS if not conn.execute(
         "SELECT coalesce((SELECT proleakproof FROM pg_proc WHERE oid = to_regprocedure(%s)), true)",
         (s,)).fetchone()[0]]
+
+
+def pending(conn: psycopg.Connection) -> list[str]:
+    """The migrations not applied yet to the database behind ``conn``."""
+    applied = {row[0] for row in conn.execute("SELECT version FROM pgbraid.schema_migrations")}
+    return [name for version, name, _ in migration_files() if version not in applied]

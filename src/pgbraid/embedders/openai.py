@@ -14,7 +14,7 @@ import urllib.request
 
 import numpy as np
 
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, NotEnabled
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -26,7 +26,9 @@ class OpenAICompatible:
     def __init__(self, url: str, model: str, key: str = "", timeout: str = "30",
                  retries: str = "3", dimension: str = "0") -> None:
         if not url:
-            raise BackendUnavailable("the openai embedder needs PGBRAID_OPENAI_URL")
+            # Not configured is not "down": no retry will help (501, not 503).
+            raise NotEnabled("the openai embedder is not configured: set PGBRAID_OPENAI_URL",
+                             setting="PGBRAID_OPENAI_URL")
         self.url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/embeddings") else "/embeddings")
         self.model = model
         self.key = key

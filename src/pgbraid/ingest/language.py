@@ -24,16 +24,22 @@ CONFIG_NAMES = frozenset(CONFIGS.values()) | {"simple", "yiddish"}
 _UNSUPPORTED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI", "LAO", "KHMER",
                         "MYANMAR", "ETHIOPIC", "GEORGIAN", "TIBETAN", "SINHALA", "BENGALI")
 _lock = threading.Lock()
+_loaded: list = []
 
 
-@lru_cache(maxsize=1)
 def _identifier():
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+    """The model, loaded once per process. (An lru_cache let every thread that asked
+    before the first load finished load it again, one after another under the lock:
+    eight concurrent first searches waited 1.2 to 12 s.)"""
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    with _lock:
-        identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        identifier.set_languages(sorted(CONFIGS))
-    return identifier
+                identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+                identifier.set_languages(sorted(CONFIGS))
+                _loaded.append(identifier)
+    return _loaded[0]
 
 
 def config_for(language: str | None) -> str | None:

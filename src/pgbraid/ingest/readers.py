@@ -10,9 +10,9 @@ import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
-from ..models import check_json, check_text, parse_classifications, validate_document_id
+from ..models import check_json, check_text, parse_classifications, shown, validate_document_id
 from ..strategies.vector.store import check_vector
 from ..errors import InvalidRequest
 
@@ -68,6 +68,23 @@ def expand(paths: list[Path]) -> Iterator[tuple[Path, Path] | ReadError]:
                 yield ReadError(str(path), "unsupported file type (use .txt, .md, .rst or .jsonl[.gz])")
         else:
             yield ReadError(str(path), "no such file or folder")
+
+
+def items(source: Iterable[Any], fields: FieldMap = FieldMap()) -> Iterator[SourceDocument | ReadError]:
+    """Records (dicts in the JSONL format) and paths (files, folders), read in turn; a bad
+    record is a ReadError, not raised."""
+    paths: list[Path] = []
+    for item in source:
+        if isinstance(item, dict):
+            where = f"record {shown(item.get(fields.id))}"
+            try:
+                yield document_from_record(item, fields, source=where)
+            except InvalidRequest as exc:
+                yield ReadError(where, exc.message)
+        else:
+            paths.append(Path(item))
+    if paths:
+        yield from read(paths, fields)
 
 
 def read(paths: list[Path], fields: FieldMap = FieldMap()) -> Iterator[SourceDocument | ReadError]:

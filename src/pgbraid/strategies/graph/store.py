@@ -112,6 +112,22 @@ def read_edges(path: Path, load: GraphLoad) -> None:
             load.errors.append(f"{where}: {exc}")
 
 
+def from_records(vertices: list[tuple] = (), edges: list[tuple] = ()) -> GraphLoad:
+    """In-memory vertices (type, key, label, documents) and edges (src_type, src, type,
+    dst_type, dst[, weight[, directed]]), checked like the lines of a file."""
+    data = GraphLoad(vertices=[(t, str(k), label, list(d)) for t, k, label, d in vertices])
+    for n, edge in enumerate(edges, start=1):
+        weight = float(edge[5]) if len(edge) > 5 else 1.0
+        directed = bool(edge[6]) if len(edge) > 6 else True
+        if (edge[0], str(edge[1])) == (edge[3], str(edge[4])):
+            data.errors.append(f"record {n}: self-loop on {edge[0]}:{edge[1]}")
+        if not math.isfinite(weight):
+            data.errors.append(f"record {n}: weight must be a finite number")
+        data.edges.append((edge[0], str(edge[1]), edge[2], edge[3], str(edge[4]), weight,
+                           directed, f"record {n}"))
+    return data
+
+
 def _check_duplicates(load: GraphLoad) -> None:
     seen: dict[tuple, str] = {}
     for edge in load.edges:

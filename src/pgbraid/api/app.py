@@ -1,0 +1,106 @@
+"""The app factory: one Client per process, the routers, the middleware, the errors.
+
+``uvicorn --factory pgbraid.api.app:from_environment`` (what ``pgbraid serve``
+runs, once per worker) builds the app from the environment's settings; the
+process's Client connects (or starts the embedded server) at startup and closes
+its pool at shutdown, after uvicorn has let in-flight requests finish.
+
+Middleware, outermost first: AccessLog (request id, one log line) ->
+RequestShape (body limit, path and query text) -> CatchAll (a bug is
+``internal error``) -> the framework's exception handlers (errors.install) ->
+the routes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, AsyncIterator
+
+from fastapi import Depends, FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
+
+from ..client import connect, load_settings
+from ..config import Settings
+from . import documents, entities, graph, health, keys, pipelines, search
+from .auth import Api
+from .errors import CatchAll, install
+from .middleware import AccessLog, RequestShape, access_logger
+from .schemas import known_query
+
+ROUTERS = (health, pipelines, documents, search, graph, entities, keys)
+DESCRIPTION = ("Retrieval strategies on PostgreSQL, alone or fused, with a trace. Every "
+               "operation but /healthz and /readyz takes `Authorization: Bearer KEY`; every "
+               "error is `{\"error\": {\"code\", \"message\", \"details\"}}`.")
+
+
+def _version() -> str:
+    try:
+        return version("pgbraid")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = await run_in_threadpool(connect, **_overrides(settings))
+        app.state.api = Api(client, no_auth=settings.no_auth)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(client.close)
+
+    app = FastAPI(title="pgbraid", version=_version(), description=DESCRIPTION,
+                  lifespan=lifespan, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(known_query)])
+    for module in ROUTERS:
+        app.include_router(module.router)
+    install(app)
+    app.add_middleware(CatchAll)
+    app.add_middleware(RequestShape, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(AccessLog)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    _log_to_stderr()
+    return app
+
+
+def from_environment() -> FastAPI:
+    """The factory uvicorn calls in each worker."""
+    return create_app()
+
+
+def _overrides(settings: Settings) -> dict[str, Any]:
+    return settings.model_dump(exclude_none=True)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document without its 422 answers: validation errors are 400 here."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for model in documents.REFERENCED:  # named by hand-written request bodies
+            components.setdefault(model.__name__, model.model_json_schema(
+                ref_template="#/components/schemas/{model}"))
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def _log_to_stderr() -> None:
+    if not access_logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access_logger.addHandler(handler)
+        access_logger.setLevel(logging.INFO)
+        access_logger.propagate = False

@@ -1,0 +1,59 @@
+"""Who a request acts as: the principal of its API key (``Authorization: Bearer KEY``).
+
+One Client per process holds the pool and the engine; each request gets a
+Client acting as its own principal (``Client.acting_as``), so every permission
+and scope check is the Client's and the engine's, as for the CLI and Python.
+
+With ``--no-auth`` every request acts as the local tenant's admin, and only
+requests that arrive from a loopback address are taken (``serve`` refuses to
+bind anything else with auth off; this check also covers a factory started by
+hand).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..client import Client
+from ..errors import Unauthorized
+from .middleware import note
+
+bearer = HTTPBearer(auto_error=False, description="An API key from `pgbraid keys create`.")
+
+
+@dataclass(frozen=True)
+class Api:
+    """What the process holds: its Client (pool, engine) and whether auth is off."""
+
+    client: Client
+    no_auth: bool = False
+
+
+def is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def caller(request: Request,
+           credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Client:
+    """The request's Client, acting as the principal its key stands for."""
+    api: Api = request.app.state.api
+    if api.no_auth:
+        peer = request.client.host if request.client else None
+        if not is_loopback(peer):
+            raise Unauthorized("authentication is off on this server, which takes requests "
+                               "from loopback only")
+        return api.client
+    principal = api.client.authenticate(credentials.credentials if credentials else None)
+    note(request.scope, key_id=principal.key_id, tenant=principal.tenant)
+    return api.client.acting_as(principal)

@@ -1,0 +1,143 @@
+"""Documents: ingest one or a batch, list a page, read any version, delete; fragments.
+
+Ingestion takes a JSON object (one document), a JSON array, or an
+``application/x-ndjson`` body (one document a line, the JSONL format). A body
+the API cannot read (not JSON, a line that is not an object, an unknown field,
+a wrong type) is refused whole, naming the record and the field, before
+anything is written; a record it can read but cannot store (NUL in its text, a
+vector of the wrong size) fails alone in the report, as in every ingestion.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from ..client import Client
+from ..errors import InvalidRequest
+from .auth import caller
+from .errors import documented
+from .schemas import (DocumentExpired, DocumentIn, DocumentOut, DocumentPage, FragmentOut,
+                      IngestReportOut, VersionOut, check_path_id)
+
+router = APIRouter(tags=["documents"])
+
+NDJSON = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+REFERENCED = (DocumentIn,)
+DOCUMENT_SCHEMA = {"$ref": "#/components/schemas/DocumentIn"}
+INGEST_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"anyOf": [
+        DOCUMENT_SCHEMA, {"type": "array", "items": DOCUMENT_SCHEMA, "minItems": 1}]}},
+    "application/x-ndjson": {"schema": {
+        "type": "string", "description": "One DocumentIn JSON object a line."}},
+}}}
+Classification = Query(None, description=(
+    "Classifications held, comma-separated (narrows the key's)."))
+
+
+def parse_records(raw: bytes, content_type: str | None) -> list[dict[str, Any]]:
+    """The documents of an ingestion body, each checked against DocumentIn."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media in NDJSON:
+        items = [(f"line {n}", _json(line, f"line {n}"))
+                 for n, line in enumerate(raw.splitlines(), start=1) if line.strip()]
+    elif media == "application/json" or media.endswith("+json"):
+        data = _json(raw, "the body")
+        listed = data if isinstance(data, list) else [data]
+        items = [(f"record {n}", item) for n, item in enumerate(listed, start=1)]
+    else:
+        raise InvalidRequest("send documents as application/json (an object or an array) or "
+                             "application/x-ndjson (one object a line)", field="content-type")
+    if not items:
+        raise InvalidRequest("the body holds no documents")
+    return [_record(where, item) for where, item in items]
+
+
+def _json(raw: bytes, where: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"{where} is not valid JSON ({getattr(exc, 'msg', 'not UTF-8')})",
+                             field="body") from None
+    except RecursionError:
+        raise InvalidRequest(f"{where} nests too deeply", field="body") from None
+
+
+def _record(where: str, item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where}: a document is a JSON object", field="body")
+    try:
+        document = DocumentIn.model_validate(item)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        reason = (f"unknown field {field!r} (extra fields belong in metadata)"
+                  if error["type"] == "extra_forbidden" else f"{field}: {error['msg']}")
+        raise InvalidRequest(f"{where}: {reason}", field=field) from None
+    check_path_id(str(document.id), "id")
+    return document.model_dump(exclude_none=True)
+
+
+@router.post("/pipelines/{pipeline}/documents", response_model=IngestReportOut,
+             responses=documented(413), openapi_extra=INGEST_BODY)
+async def ingest(pipeline: str, request: Request, client: Client = Depends(caller)) -> dict:
+    """Ingest documents (write): new content becomes a new version, unchanged content
+    writes nothing; each batch of 64 commits or rolls back whole."""
+    records = parse_records(await request.body(), request.headers.get("content-type"))
+    report = await run_in_threadpool(client.ingest, pipeline, records)
+    return report.as_dict()
+
+
+@router.get("/pipelines/{pipeline}/documents", response_model=DocumentPage,
+            responses=documented())
+def list_documents(pipeline: str, after: Optional[str] = Query(None, description=(
+                       "The `next` of the previous page.")),
+                   limit: int = Query(100, description="Documents per page, 1 to 1000."),
+                   classification: Optional[str] = Classification,
+                   client: Client = Depends(caller)) -> dict:
+    """Current documents in id order, a page at a time (read)."""
+    return client.documents(pipeline, after=after, limit=limit, classification=classification)
+
+
+@router.get("/pipelines/{pipeline}/documents/{document_id:path}", response_model=DocumentOut,
+            responses=documented())
+def read_document(pipeline: str, document_id: str, version: Optional[int] = None,
+                  as_of: Optional[str] = Query(None, description=(
+                      "ISO-8601 time: the version valid then (no offset: UTC).")),
+                  classification: Optional[str] = Classification,
+                  client: Client = Depends(caller)) -> dict:
+    """A document's current version, version N, or the one valid at ``as_of`` (read)."""
+    check_path_id(document_id)
+    return client.document(pipeline, document_id, version=version, as_of=as_of,
+                           classification=classification)
+
+
+@router.get("/pipelines/{pipeline}/versions/{document_id:path}", response_model=list[VersionOut],
+            responses=documented())
+def document_versions(pipeline: str, document_id: str,
+                      classification: Optional[str] = Classification,
+                      client: Client = Depends(caller)) -> list:
+    """Every version of a document the key may see (read)."""
+    check_path_id(document_id)
+    return client.versions(pipeline, document_id, classification=classification)
+
+
+@router.delete("/pipelines/{pipeline}/documents/{document_id:path}",
+               response_model=DocumentExpired, responses=documented())
+def delete_document(pipeline: str, document_id: str, client: Client = Depends(caller)) -> dict:
+    """Expire the current version (write); earlier versions stay readable."""
+    check_path_id(document_id)
+    return client.delete_document(pipeline, document_id)
+
+
+@router.get("/pipelines/{pipeline}/fragments/{fragment_id}", response_model=FragmentOut,
+            responses=documented())
+def read_fragment(pipeline: str, fragment_id: int,
+                  classification: Optional[str] = Classification,
+                  client: Client = Depends(caller)) -> dict:
+    """One fragment by id (a hit's ``fragment_id``), of any version (read)."""
+    return client.fragment(pipeline, fragment_id, classification=classification)

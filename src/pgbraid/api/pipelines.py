@@ -1,0 +1,39 @@
+"""Pipelines: create (the tenant's admin), list, show, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from ..client import Client
+from ..models import PipelineInfo
+from .auth import caller
+from .errors import documented
+from .schemas import Deleted, PipelineCreate
+
+router = APIRouter(tags=["pipelines"])
+
+
+@router.post("/pipelines", status_code=201, response_model=PipelineInfo,
+             responses=documented(409, 413, 501))
+def create_pipeline(body: PipelineCreate, client: Client = Depends(caller)) -> PipelineInfo:
+    """Create a pipeline (the tenant's admin)."""
+    return client.create_pipeline(body.name, embedder=body.embedder, language=body.language,
+                                  fulltext=body.fulltext, chunk_size=body.chunk_size)
+
+
+@router.get("/pipelines", response_model=list[PipelineInfo], responses=documented())
+def list_pipelines(client: Client = Depends(caller)) -> list[PipelineInfo]:
+    """The pipelines this key may read, with counts of what it may see."""
+    return client.pipelines()
+
+
+@router.get("/pipelines/{pipeline}", response_model=PipelineInfo, responses=documented())
+def show_pipeline(pipeline: str, client: Client = Depends(caller)) -> PipelineInfo:
+    return client.pipeline(pipeline)
+
+
+@router.delete("/pipelines/{pipeline}", response_model=Deleted, responses=documented())
+def delete_pipeline(pipeline: str, client: Client = Depends(caller)) -> dict:
+    """Delete a pipeline and everything in it (admin on the pipeline)."""
+    client.delete_pipeline(pipeline)
+    return {"deleted": pipeline}

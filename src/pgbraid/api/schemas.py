@@ -1,0 +1,308 @@
+"""Request bodies (unknown fields refused by name) and response models of the HTTP API.
+
+Responses are the same dicts and models the Client returns, which the CLI's
+``--json`` prints: the models here declare them for /openapi.json and keep
+any field the Client adds (``extra="allow"``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import Request
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from ..errors import InvalidRequest
+from ..models import NAME_RE, SearchRequest, shown
+
+NAME = f"^{NAME_RE.pattern}$"
+Permission = Literal["read", "write", "execute", "admin"]
+
+
+def _text_only(value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be an ISO-8601 date-time string")
+    return value
+
+
+Moment = Annotated[datetime, BeforeValidator(_text_only),
+                   WithJsonSchema({"type": "string", "format": "date-time"})]
+"""A time as JSON gives it: an ISO-8601 string (not a number of seconds)."""
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- requests -------------------------------------------------------------------------
+
+class PipelineCreate(Body):
+    name: str = Field(pattern=NAME)
+    embedder: Literal["minilm", "e5-multilingual", "openai", "none"] = "minilm"
+    language: str = "english"
+    """A text-search language (english, german, simple, ...)."""
+    fulltext: bool = True
+    chunk_size: int = Field(1000, ge=200, le=20_000)
+
+
+class DocumentIn(Body):
+    """One document of the JSONL ingestion format; extra fields belong in ``metadata``."""
+
+    id: str | int
+    text: str
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    classification: list[str] | str | None = None
+    language: str | None = None
+    embedding: list[float] | None = None
+
+
+class SearchBody(SearchRequest):
+    """Seed 003's search request, plus ``group_by`` and ``as_of``."""
+
+    as_of: Moment | None = None
+    """Search as of this time (point-in-time search): an ISO-8601 date-time."""
+
+
+class GroundBody(Body):
+    entity: str
+    value: str
+    scope: dict[str, str | int | float] | None = None
+    strategies: list[str] | None = None
+
+
+class SourceCreate(Body):
+    name: str
+    table: str
+    """``table`` or ``schema.table``."""
+    key: str
+    text: list[str] | str
+    scope: list[str] | str = Field(default_factory=list)
+    language: str = "english"
+    create_indexes: bool = False
+
+
+class SourceSearch(Body):
+    query: str
+    type: str = "fuzzy"
+    scope: dict[str, str | int | float] | None = None
+    k: int = 10
+
+
+class VertexIn(Body):
+    type: str
+    key: str | int
+    label: str | None = None
+    documents: list[str] = Field(default_factory=list)
+
+
+class EdgeIn(Body):
+    src_type: str
+    src: str | int
+    type: str
+    dst_type: str
+    dst: str | int
+    weight: float = 1.0
+    directed: bool = True
+
+
+class GraphLoadBody(Body):
+    vertices: list[VertexIn] = Field(default_factory=list)
+    edges: list[EdgeIn] = Field(default_factory=list)
+
+
+class KeyCreate(Body):
+    pipeline: str = Field("*", pattern=f"^(?:\\*|{NAME_RE.pattern})$")
+    """A pipeline name, or ``*`` for every pipeline of the tenant."""
+    permissions: list[Permission] = Field(min_length=1)
+    classification: list[str] | str | None = None
+    """What the key may hold; none given: anything."""
+    expires: Moment | None = None
+    """An ISO-8601 date-time (no offset: UTC); the key is refused from then on."""
+    admin: bool = False
+    """The tenant's admin: pipelines, sources and keys."""
+
+
+# -- responses ------------------------------------------------------------------------
+
+class Deleted(Out):
+    deleted: str
+
+
+class Failure(Out):
+    source: str
+    message: str
+
+
+class IngestReportOut(Out):
+    added: int
+    updated: int
+    unchanged: int
+    fragments: int
+    embedded: int
+    stopped: bool
+    failed: list[Failure]
+
+
+class DocumentOut(Out):
+    document_id: str
+    version: int
+    title: str | None
+    text: str
+    metadata: dict[str, Any]
+    classifications: list[str]
+    language: str | None
+    source: str | None
+    valid_from: str
+    valid_to: str | None
+    current: bool
+    quarantined: bool
+    fragments: int
+
+
+class DocumentSummary(Out):
+    document_id: str
+    version: int
+    title: str | None
+    classifications: list[str]
+    language: str | None
+    valid_from: str
+    quarantined: bool
+
+
+class DocumentPage(Out):
+    documents: list[DocumentSummary]
+    next: str | None
+    """Pass as ``after`` for the next page; null after the last."""
+
+
+class VersionOut(Out):
+    version: int
+    valid_from: str
+    valid_to: str | None
+    content_hash: str
+    current: bool
+
+
+class DocumentExpired(Out):
+    document_id: str
+    expired_version: int
+
+
+class FragmentOut(Out):
+    fragment_id: int
+    document_id: str
+    version: int
+    ordinal: int
+    section: str | None
+    title: str | None
+    page_content: str
+    metadata: dict[str, Any]
+    classifications: list[str]
+    language: str
+    current: bool
+    quarantined: bool
+
+
+class GroundOut(Out):
+    entity: str
+    value: str
+    scope: dict[str, Any]
+    status: str
+    """resolved, clarification_needed or not_found."""
+    strategiesTried: list[dict[str, Any]]
+
+
+class SourceOut(Out):
+    name: str
+    table: str
+    key: str
+    text: list[str]
+    scope: list[str]
+    language: str
+
+
+class Candidate(Out):
+    key: str
+    text: str | None
+    score: float
+
+
+class SourceCandidates(Out):
+    entity: str
+    query: str
+    type: str
+    candidates: list[Candidate]
+
+
+class GraphLoaded(Out):
+    vertices: int
+    edges: int
+
+
+class GraphSummary(Out):
+    vertices: dict[str, int]
+    edges: dict[str, int]
+
+
+class KeyCreated(Out):
+    id: str
+    key: str
+    """The key itself: shown this once, stored only as its SHA-256 digest."""
+
+
+class KeyInfo(Out):
+    id: str
+    prefix: str
+    pipeline: str
+    permissions: list[str]
+    classifications: list[str] | None
+    admin: bool
+    created_at: str
+    expires_at: str | None
+    revoked_at: str | None
+
+
+class KeyRevoked(Out):
+    revoked: str
+
+
+class Status(Out):
+    status: str
+
+
+# -- checks -----------------------------------------------------------------------------
+
+def check_path_id(value: str, field: str = "document_id") -> str:
+    """An id that travels in a URL path: no empty, '.' or '..' segment (a path that
+    a client or proxy would normalise away is not an id)."""
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        raise InvalidRequest(f"{field} {shown(value)} has an empty, '.' or '..' path segment",
+                             field=field)
+    return value
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def known_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take, by name (as unknown body fields)."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        found, stack = set(), [route.dependant]
+        while stack:
+            dependant = stack.pop()
+            found.update(field.alias for field in dependant.query_params)
+            stack.extend(dependant.dependencies)
+        names = _QUERY_NAMES[id(route)] = frozenset(found)
+    unknown = [name for name in request.query_params if name not in names]
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter {shown(unknown[0])}", field=unknown[0])

@@ -1,0 +1,70 @@
+"""Search and retrieve: the engine's every type, as the key's principal.
+
+``POST /pipelines/{p}/search`` answers the SearchResponse the CLI's ``--json``
+prints. ``POST /pipelines/{p}/retrieve`` answers the same search as NDJSON:
+one hit a line, best first, then one line with the pipeline, query, type and
+trace (seed 002: a long chunk as the query, hits as they are read).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from ..client import Client
+from ..errors import NotEnabled
+from ..models import SearchRequest, SearchResponse
+from .auth import caller
+from .errors import documented
+from .middleware import note
+from .schemas import SearchBody
+
+router = APIRouter(tags=["search"])
+
+NDJSON = "application/x-ndjson"
+RETRIEVE_RESPONSE = {200: {"description": "One Hit a line, then one line with the trace.",
+                           "content": {NDJSON: {"schema": {"type": "string"}}}}}
+
+
+def engine_body(body: SearchBody) -> dict[str, Any]:
+    """The request as the engine takes it; ``as_of`` only once the engine has it."""
+    data = body.model_dump(exclude_unset=True)
+    if "as_of" in data and "as_of" not in SearchRequest.model_fields:
+        raise NotEnabled("point-in-time search (as_of) is not available in this version; "
+                         "documents can be read as of a time", field="as_of")
+    return data
+
+
+def run(request: Request, client: Client, pipeline: str, body: SearchBody) -> SearchResponse:
+    response = client.search(pipeline, **engine_body(body))
+    note(request.scope, search_type=response.type,
+         retrievers={entry.retriever: entry.ms for entry in response.trace.retrievers})
+    return response
+
+
+@router.post("/pipelines/{pipeline}/search", response_model=SearchResponse,
+             responses=documented(413, 501))
+def search(pipeline: str, body: SearchBody, request: Request,
+           client: Client = Depends(caller)) -> SearchResponse:
+    """Search a pipeline (read and execute): fulltext, bm25 (search), fuzzy, similarity,
+    mmr, graph, hybrid, auto, relational."""
+    return run(request, client, pipeline, body)
+
+
+@router.post("/pipelines/{pipeline}/retrieve", response_class=StreamingResponse,
+             responses={**RETRIEVE_RESPONSE, **documented(413, 501)})
+def retrieve(pipeline: str, body: SearchBody, request: Request,
+             client: Client = Depends(caller)) -> StreamingResponse:
+    """The same search, streamed as NDJSON: one hit a line, then the trace."""
+    response = run(request, client, pipeline, body)
+    return StreamingResponse(_lines(response), media_type=NDJSON)
+
+
+def _lines(response: SearchResponse) -> Iterator[bytes]:
+    for hit in response.hits:
+        yield hit.model_dump_json().encode() + b"\n"
+    tail = response.model_dump(mode="json", exclude={"hits"})
+    yield json.dumps(tail, ensure_ascii=False).encode() + b"\n"

@@ -1,0 +1,152 @@
+"""API keys: 256-bit random tokens, stored as their SHA-256 digest only.
+
+A token is ``pgb_`` + 43 URL-safe base64 characters (32 bytes from
+``secrets``). The database keeps its digest, a short prefix to recognise it
+by, and what it grants: one pipeline (or ``*``), permissions there, the
+classifications it may hold (none given: any), and the tenant's admin. Keys are
+not passwords: a token is as random as a digest is long, so a fast hash
+loses nothing and a slow one would only slow every request.
+
+A request's key is looked up by its digest through
+``pgbraid.api_key_by_digest`` (migration 013), the only statement that runs
+before the tenant is known; the digests are then compared again in constant
+time. Everything else (create, list, revoke) runs in the tenant's session
+under row-level security.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+from typing import Any, Callable, ContextManager
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized
+from .models import parse_as_of, parse_classifications, shown, validate_name
+from .scope import ANY_PIPELINE, PERMISSIONS, Principal
+
+TOKEN_PREFIX = "pgb_"
+TOKEN_BYTES = 32
+TOKEN_CHARS = len(TOKEN_PREFIX) + 43
+SHOWN_CHARS = 12
+"""How much of a token ``keys list`` shows: ``pgb_`` and 8 characters (48 random bits)."""
+
+_COLUMNS = ("SELECT id, prefix, pipeline, permissions, classifications, tenant_admin AS admin,"
+            " created_at, expires_at, revoked_at FROM pgbraid.api_keys")
+
+
+def digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def parse_permissions(value: Any) -> list[str]:
+    """read, write, execute, admin: a list or a comma-separated string."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(p, str) for p in items):
+        raise InvalidRequest("permissions must be a list or a comma-separated string of "
+                             f"{', '.join(PERMISSIONS)}", field="permissions")
+    chosen = list(dict.fromkeys(p.strip() for p in items if p.strip()))
+    unknown = [p for p in chosen if p not in PERMISSIONS]
+    if unknown or not chosen:
+        raise InvalidRequest(f"unknown permission(s) {shown(unknown or [''])}; use "
+                             f"{', '.join(PERMISSIONS)}", field="permissions")
+    return chosen
+
+
+def create(conn: psycopg.Connection, creator: Principal, *, pipeline: str, permissions: Any,
+           classification: Any = None, expires: Any = None,
+           admin: bool = False) -> dict[str, str]:
+    """Store a new key of the session's tenant; returns its id and the token (shown once)."""
+    creator.require_tenant_admin("creating an API key")
+    if pipeline != ANY_PIPELINE:
+        validate_name("pipeline", pipeline)
+    chosen = parse_permissions(permissions)
+    held = None if classification is None else list(parse_classifications(classification))
+    _check_within(creator, held)
+    expires_at = _expiry(expires)
+    if pipeline != ANY_PIPELINE and conn.execute(
+            "SELECT 1 FROM pgbraid.pipelines WHERE name = %s", (pipeline,)).fetchone() is None:
+        raise NotFound(f"pipeline {pipeline!r} does not exist", pipeline=pipeline)
+    token, key_id = new_token(), secrets.token_hex(8)
+    conn.execute(
+        "INSERT INTO pgbraid.api_keys (id, digest, prefix, pipeline, permissions,"
+        " classifications, tenant_admin, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (key_id, digest(token), token[:SHOWN_CHARS], pipeline, chosen, held, bool(admin),
+         expires_at))
+    return {"id": key_id, "key": token}
+
+
+def _check_within(creator: Principal, held: list[str] | None) -> None:
+    """A key holds no classification its creator may not hold."""
+    if creator.classifications is None:
+        return
+    if held is None:
+        raise Forbidden("this creator may hold only " + ", ".join(creator.classifications)
+                        + ": name the key's classifications", field="classification")
+    beyond = sorted(set(held) - set(creator.classifications))
+    if beyond:
+        raise Forbidden("a key may not hold classifications its creator may not hold: "
+                        + ", ".join(beyond), classification=beyond)
+
+
+def _expiry(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_as_of(value)
+    except InvalidRequest:
+        raise InvalidRequest(f"expires must be an ISO-8601 date or time, got {shown(value)}",
+                             field="expires") from None
+
+
+def listing(conn: psycopg.Connection, caller: Principal) -> list[dict[str, Any]]:
+    """The session's tenant's keys (never a digest), newest first."""
+    caller.require_tenant_admin("listing API keys")
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_COLUMNS + " ORDER BY created_at DESC, id").fetchall()
+    for row in rows:
+        for key in ("created_at", "expires_at", "revoked_at"):
+            row[key] = row[key].isoformat() if row[key] else None
+    return rows
+
+
+def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str, str]:
+    caller.require_tenant_admin("revoking an API key")
+    if not isinstance(key_id, str) or not key_id.isalnum() or len(key_id) > 64:
+        raise InvalidRequest(f"invalid key id {shown(key_id)}", field="id")
+    row = conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"
+                       " WHERE id = %s RETURNING id", (key_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"API key {key_id!r} does not exist", key=key_id)
+    return {"revoked": key_id}
+
+
+def authenticate(session: Callable[[], ContextManager[psycopg.Connection]],
+                 token: str | None) -> Principal:
+    """The principal a bearer token stands for; Unauthorized when there is none."""
+    if not token:
+        raise Unauthorized("an API key is required: Authorization: Bearer KEY")
+    if (len(token) != TOKEN_CHARS or not token.startswith(TOKEN_PREFIX)
+            or not token.isascii() or not token.isprintable()):
+        raise Unauthorized("invalid API key")
+    wanted = digest(token)
+    with session() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM pgbraid.api_key_by_digest(%s)", (wanted,)).fetchone()
+    if row is None or not hmac.compare_digest(bytes(row["digest"]), wanted):
+        raise Unauthorized("invalid API key")
+    if row["revoked"]:
+        raise Unauthorized("this API key was revoked")
+    if row["expired"]:
+        raise Unauthorized("this API key has expired")
+    classifications = row["classifications"]
+    return Principal(row["tenant_id"], {row["pipeline"]: frozenset(row["permissions"])},
+                     tuple(classifications) if classifications is not None else None,
+                     bool(row["tenant_admin"]), row["id"])

@@ -1,0 +1,135 @@
+"""API keys: what the database holds (a digest, never the key), who can read the table,
+and what a key becomes (a Principal)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from starlette.exceptions import HTTPException
+from typer.testing import CliRunner
+
+from pgbraid.api.errors import raise_as_pgbraid
+from pgbraid.cli import app
+from pgbraid.errors import Forbidden, InvalidRequest, MethodNotAllowed, NotFound, Unauthorized
+
+from .serving import tenant_client
+
+
+@pytest.fixture()
+def tenant(data_dir, server):
+    with tenant_client(data_dir) as client:
+        client.create_pipeline("notes", embedder="none")
+        yield client
+
+
+def test_the_database_holds_the_digest_and_a_prefix_never_the_key(data_dir, tenant, superuser):
+    result = CliRunner().invoke(app, ["keys", "create", "--pipeline", "notes", "--permissions",
+                                      "read,execute", "--json"],
+                                env={"PGBRAID_DATA_DIR": str(data_dir),
+                                     "PGBRAID_TENANT": tenant.tenant})
+    assert result.exit_code == 0, result.output
+    created = json.loads(result.output)
+    key = created["key"]
+    assert key.startswith("pgb_") and len(key) == 47  # 32 random bytes, URL-safe base64
+    digest, prefix, row = superuser.execute(
+        "SELECT digest, prefix, row_to_json(k)::text FROM pgbraid.api_keys k WHERE id = %s",
+        (created["id"],)).fetchone()
+    assert bytes(digest) == hashlib.sha256(key.encode()).digest()
+    assert prefix == key[:12] and key not in row and key[12:] not in row
+    assert tenant.authenticate(key).key_id == created["id"]
+
+
+def test_a_key_becomes_the_principal_it_was_created_as(tenant):
+    key = tenant.create_key(pipeline="notes", permissions=["read", "execute"],
+                            classification="internal,public")
+    principal = tenant.authenticate(key["key"])
+    assert principal.tenant == tenant.tenant and principal.key_id == key["id"]
+    assert principal.permissions == {"notes": frozenset({"read", "execute"})}
+    assert principal.classifications == ("internal", "public") and not principal.tenant_admin
+    admin = tenant.authenticate(tenant.create_key(pipeline="*", permissions="read",
+                                                  admin=True)["key"])
+    assert admin.tenant_admin and admin.classifications is None
+
+
+def test_unknown_revoked_and_expired_keys_are_unauthorized(tenant):
+    for token in (None, "", "pgb_" + "A" * 43, "not-a-key", "pgb_" + "\x00" * 43):
+        with pytest.raises(Unauthorized):
+            tenant.authenticate(token)
+    key = tenant.create_key(pipeline="notes", permissions="read")
+    tenant.revoke_key(key["id"])
+    with pytest.raises(Unauthorized, match="revoked"):
+        tenant.authenticate(key["key"])
+    past = datetime.now(timezone.utc) - timedelta(minutes=1)
+    expired = tenant.create_key(pipeline="notes", permissions="read", expires=past)
+    with pytest.raises(Unauthorized, match="expired"):
+        tenant.authenticate(expired["key"])
+    later = tenant.create_key(pipeline="notes", permissions="read", expires="2999-01-01")
+    assert tenant.authenticate(later["key"]).key_id == later["id"]
+
+
+def test_keys_are_checked_before_anything_is_stored(tenant, superuser):
+    before = superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0]
+    for bad in ({"permissions": "read,fly"}, {"permissions": ""},
+                {"permissions": "read", "classification": "Bad Name"},
+                {"permissions": "read", "expires": "someday"},
+                {"permissions": "read", "pipeline": "no such/name"}):
+        with pytest.raises(InvalidRequest):
+            tenant.create_key(**{"pipeline": "notes", **bad})
+    with pytest.raises(NotFound):
+        tenant.create_key(pipeline="missing", permissions="read")
+    bounded = tenant.acting_as(tenant.authenticate(tenant.create_key(
+        pipeline="*", permissions="read", classification="internal", admin=True)["key"]))
+    with pytest.raises(Forbidden):
+        bounded.create_key(pipeline="notes", permissions="read", classification="secret")
+    with pytest.raises(Forbidden):
+        bounded.create_key(pipeline="notes", permissions="read")  # unbounded: more than it holds
+    reader = tenant.acting_as(tenant.authenticate(tenant.create_key(
+        pipeline="notes", permissions="read")["key"]))
+    for call in (reader.keys, lambda: reader.revoke_key("x"),
+                 lambda: reader.create_key(pipeline="notes", permissions="read")):
+        with pytest.raises(Forbidden):
+            call()
+    assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == before + 2
+
+
+def test_the_app_role_cannot_list_keys_only_look_one_up_by_digest(tenant, superuser):
+    key = tenant.create_key(pipeline="notes", permissions="read")
+    digest = hashlib.sha256(key["key"].encode()).digest()
+    with superuser.transaction():
+        superuser.execute("SET LOCAL ROLE pgbraid_app")
+        for setting in ("", f"other-{uuid.uuid4().hex[:6]}"):
+            superuser.execute("SELECT set_config('pgbraid.tenant', %s, true),"
+                              " set_config('pgbraid.key_lookup', 'on', true)", (setting,))
+            assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == 0
+        found = superuser.execute("SELECT id, tenant_id FROM pgbraid.api_key_by_digest(%s)",
+                                  (digest,)).fetchall()
+        assert found == [(key["id"], tenant.tenant)]
+        assert superuser.execute("SELECT count(*) FROM pgbraid.api_key_by_digest(NULL)"
+                                 ).fetchone()[0] == 0
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), superuser.transaction():
+        superuser.execute("SET LOCAL ROLE pgbraid_app")
+        superuser.execute("DELETE FROM pgbraid.api_keys")
+
+
+def test_revoking_another_tenants_key_is_not_found(data_dir, tenant):
+    key = tenant.create_key(pipeline="notes", permissions="read")
+    with tenant_client(data_dir) as other:
+        with pytest.raises(NotFound):
+            other.revoke_key(key["id"])
+    assert tenant.authenticate(key["key"]).key_id == key["id"]
+
+
+def test_framework_http_errors_become_the_error_they_are():
+    with pytest.raises(MethodNotAllowed):
+        raise_as_pgbraid(HTTPException(405))
+    with pytest.raises(NotFound):
+        raise_as_pgbraid(HTTPException(404))
+    with pytest.raises(InvalidRequest):
+        raise_as_pgbraid(HTTPException(400, "There was an error parsing the body"))
+    with pytest.raises(RuntimeError):  # not ours: it shows as internal error
+        raise_as_pgbraid(HTTPException(502))
