@@ -115,7 +115,7 @@ class Engine:
         """Highlights and the next page's cursor, in the search's snapshot."""
         hits = response.hits
         if asked.params.get("highlight"):
-            hits = _highlighted(conn, scope, legs, hits, asked.group_by == "document")
+            hits = highlight.for_hits(conn, scope, legs, hits, asked.group_by == "document")
         # A graph leg of auto runs on current edges, its documents as of the cursor's time.
         versioned = any(strategies.get(leg.strategy).versioned for leg in plan.legs)
         cursor = paging.next_cursor(conn, asked, page, scope, len(hits), versioned)
@@ -368,29 +368,6 @@ def _hit(row: Row, rank: int, score: float, fused: Fused | None = None) -> Hit:
                mmr_score=row.mmr_score, evidence=row.evidence,
                found_by=tuple(StrategyRank(strategy=s, rank=r, score=v)
                               for s, r, v in fused.found_by) if fused else ())
-
-
-def _highlighted(conn: psycopg.Connection, scope: Scope, legs: list[Leg], hits: tuple[Hit, ...],
-                 by_document: bool) -> tuple[Hit, ...]:
-    """Each hit with the passages of its fragment that the lexical legs matched."""
-    matched: dict[Any, list[str]] = {}
-    for leg in legs:
-        if leg.entry is None or leg.entry.status != "ran":
-            continue
-        name = strategies.get(leg.plan.strategy).name
-        for row in leg.rows:
-            query = highlight.query_for(name, leg.entry.details, row)
-            if query:
-                matched.setdefault(row.document_id if by_document else row.fragment_id,
-                                   []).append(query)
-    wanted = {}
-    for hit in hits:
-        queries = list(dict.fromkeys(matched.get(hit.document_id if by_document
-                                                 else hit.fragment_id, ())))
-        if queries:
-            wanted[hit.fragment_id] = " | ".join(f"({q})" for q in queries)
-    found = highlight.passages(conn, scope, wanted)
-    return tuple(h.model_copy(update={"highlights": found.get(h.fragment_id, ())}) for h in hits)
 
 
 def _ms(since: float) -> float:

@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from . import strategies
+from .models import Hit
 from .scope import Scope
 from .strategies.base import Row
 
@@ -57,6 +59,29 @@ def query_for(strategy: str, details: dict[str, Any], row: Row) -> str | None:
     if strategy == "bm25" and row.matched_terms:
         return lexemes(list(row.matched_terms))
     return None
+
+
+def for_hits(conn: psycopg.Connection, scope: Scope, legs: list[Any], hits: tuple[Hit, ...],
+             by_document: bool) -> tuple[Hit, ...]:
+    """Each hit with the passages of its fragment that the plan's lexical legs (engine.Leg:
+    their rows and trace details) matched; a hit none of them found gets ()."""
+    matched: dict[Any, list[str]] = {}
+    for leg in legs:
+        if leg.entry is None or leg.entry.status != "ran":
+            continue
+        name = strategies.get(leg.plan.strategy).name
+        for row in leg.rows:
+            query = query_for(name, leg.entry.details, row)
+            if query:
+                key = row.document_id if by_document else row.fragment_id
+                matched.setdefault(key, []).append(query)
+    wanted = {}
+    for hit in hits:
+        queries = dict.fromkeys(matched.get(hit.document_id if by_document else hit.fragment_id, ()))
+        if queries:
+            wanted[hit.fragment_id] = " | ".join(f"({q})" for q in queries)
+    found = passages(conn, scope, wanted)
+    return tuple(h.model_copy(update={"highlights": found.get(h.fragment_id, ())}) for h in hits)
 
 
 def passages(conn: psycopg.Connection, scope: Scope,
