@@ -107,12 +107,14 @@ def measure(client, strategy: str, texts: list[str], vecs: list, **extra) -> tup
     return percentiles(samples)
 
 
-def run(quick: bool = False, *, rebuild: bool = True) -> None:
+def run(quick: bool = False, *, rebuild: bool = True, pages_only: bool = False) -> None:
     with connect() as client:
         first, last = build(client) if rebuild or not has_pipeline(client, PIPELINE) else (
             _times(client))
         texts = claims()
         vecs = [v.tolist() for v in pgbraid.embedders.get("minilm").embed_documents(texts)]
+        if pages_only:
+            return paging(client, texts, vecs)
         info = client.pipeline(PIPELINE)
         rows = []
         for strategy in STRATEGIES:
@@ -152,7 +154,7 @@ def _second(client, strategy: str, cursors: list) -> tuple[float, float]:
                                                     cursor=c)) for t, v, c in cursors if c])
 
 
-if __name__ == "__main__":  # python -m bench.history [--reuse]: measure an existing build
+if __name__ == "__main__":  # python -m bench.history [--reuse [--pages]]: an existing build
     import sys
 
-    run(rebuild="--reuse" not in sys.argv)
+    run(rebuild="--reuse" not in sys.argv, pages_only="--pages" in sys.argv)

@@ -51,12 +51,15 @@ from .errors import InvalidRequest
 from .models import SearchRequest, parse_as_of
 from .scope import Scope
 
-# The latest version time the reader's classifications can see (greatest skips NULL).
+# The latest version time the reader's classifications can see (greatest skips NULL),
+# down the versions_changed index to the first version in scope (migration 014).
 _LAST_WRITE = """
-SELECT max(greatest(v.valid_from, v.valid_to))
-FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
+SELECT greatest(v.valid_from, v.valid_to)
+FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
 WHERE d.pipeline_id = %(scope_pipeline)s::bigint
   AND v.classifications && %(scope_classifications)s::text[]
+ORDER BY greatest(v.valid_from, v.valid_to) DESC
+LIMIT 1
 """
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 NOT_OURS = "cursor is not a cursor pgbraid issued"
@@ -96,7 +99,8 @@ def still_current(conn: psycopg.Connection, page: Page, scope: Scope) -> bool:
 
 
 def _last_write(conn: psycopg.Connection, scope: Scope) -> datetime | None:
-    return conn.execute(_LAST_WRITE, scope.where("f")[1]).fetchone()[0]
+    row = conn.execute(_LAST_WRITE, scope.where("f")[1]).fetchone()
+    return row[0] if row else None
 
 
 def next_cursor(conn: psycopg.Connection, request: SearchRequest, page: Page, scope: Scope,

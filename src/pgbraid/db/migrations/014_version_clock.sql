@@ -19,3 +19,7 @@ ALTER TABLE pgbraid.version_clocks FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant ON pgbraid.version_clocks
     USING (tenant_id = current_setting('pgbraid.tenant', true));
 GRANT SELECT, INSERT, UPDATE ON pgbraid.version_clocks TO pgbraid_app;
+
+-- The latest version time a reader can see (paging.py): read from the top of
+-- this index down to the first version of the pipeline in the reader's scope.
+CREATE INDEX versions_changed ON pgbraid.versions ((greatest(valid_from, valid_to)) DESC);
