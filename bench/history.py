@@ -139,7 +139,7 @@ def paging(client, texts: list[str], vecs: list) -> None:
         cursors[strategy] = [(t, v, client.search(PIPELINE, **request(
             strategy, t, v, params={"offset": 0})).next_cursor) for t, v in zip(texts, vecs)]
         rows.append([strategy, *plain, *first, *_second(client, strategy, cursors[strategy])])
-    client.ingest(PIPELINE, [{"id": "bench-history-extra", "text": "one more abstract"}])
+    client.ingest(PIPELINE, [{"id": "bench-history-extra", "text": f"one more abstract {time.time()}"}])
     for row in rows:
         row.extend(_second(client, row[0], cursors[row[0]]))
     table("pages, ms: a search; its first page (offset 0, the cursor's time is read); the "
