@@ -192,3 +192,9 @@ def test_omitted_params_take_their_documented_defaults(client, reactor, type_):
     if type_ != "relational":
         assert omitted["hits"], type_  # an omitted param never silently empties the answer
     assert answer(client, reactor, {**base})["hits"] == omitted["hits"]  # k's default is 5
+
+
+def test_a_misspelled_request_field_is_refused_by_name(client):
+    for field in ("as_off", "cursr", "clasification", "filter"):
+        with pytest.raises(InvalidRequest, match=field):
+            client.search(NOWHERE, **{"query": "reactor", "type": "bm25", field: "x"})
