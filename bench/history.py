@@ -2,14 +2,15 @@
 
 3,000 SciFact abstracts (one fragment each) ingested, then three rounds that
 each re-ingest a different half of them with a revision line (a new version)
-and delete 1 %: 7,500 versions, 2,900 current. The time after the first
+and delete 1 %: 7,500 versions, 2,965 current. The time after the first
 ingest and after the last round are noted. For each versioned strategy, the
-test claims are searched (k = 10; fuzzy: their first three words) as they are now (indexes: GIN, trigram
-GIN, HNSW, BM25 postings) and as of each noted time (exact scans of the
-fragments valid then); then pages: what issuing a cursor costs, and page 2
-through it, before and after a write. Vectors: the model's, computed once per abstract and cached
-(a revision keeps its abstract's vector), and the queries' passed as
-params.vector, so the figures are the database's, not the model's.
+test claims are searched (k = 10; fuzzy: their first three words) as they
+are now (indexes: GIN, trigram GIN, HNSW, BM25 postings) and as of each noted
+time (exact scans of the fragments valid then); then pages: what issuing a
+cursor costs, and page 2 through it, before and after a write. Vectors: the
+model's, computed once per abstract and cached (a revision keeps its
+abstract's vector), and the queries' passed as params.vector, so the figures
+are the database's, not the model's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 import pgbraid
 from pgbraid.ingest.prepare import embedding_text
 
-from .common import BENCH_DIR, DATA, connect, console, has_pipeline, percentiles, read_jsonl, table, timed
+from .common import (BENCH_DIR, DATA, connect, console, has_pipeline, percentiles, read_jsonl,
+                     table, timed)
 
 PIPELINE = "bench-history-3k"
 DOCS = 3000
@@ -139,7 +141,8 @@ def paging(client, texts: list[str], vecs: list) -> None:
         cursors[strategy] = [(t, v, client.search(PIPELINE, **request(
             strategy, t, v, params={"offset": 0})).next_cursor) for t, v in zip(texts, vecs)]
         rows.append([strategy, *plain, *first, *_second(client, strategy, cursors[strategy])])
-    client.ingest(PIPELINE, [{"id": "bench-history-extra", "text": f"one more abstract {time.time()}"}])
+    client.ingest(PIPELINE, [{"id": "bench-history-extra",
+                              "text": f"one more abstract {time.time()}"}])
     for row in rows:
         row.extend(_second(client, row[0], cursors[row[0]]))
     table("pages, ms: a search; its first page (offset 0, the cursor's time is read); the "

@@ -98,8 +98,8 @@ def test_history_bm25_scores_as_the_current_search_did(client, pipeline):
                              for i in range(12)])
     current = client.search(pipeline, "needle thread", type="bm25", params={"k": 8})
     client.ingest(pipeline, [{"id": f"n{i}", "text": f"changed {i}"} for i in range(6)])
-    then = client.search(pipeline, "needle thread", type="bm25", as_of=current_time_of(client, pipeline),
-                         params={"k": 8})
+    then = client.search(pipeline, "needle thread", type="bm25",
+                         as_of=current_time_of(client, pipeline), params={"k": 8})
     assert [(h.fragment_id, h.rank, h.score) for h in then.hits] == [
         (h.fragment_id, h.rank, h.score) for h in current.hits]
     trace_now, trace_then = current.trace.retrievers[0].details, then.trace.retrievers[0].details

@@ -77,7 +77,8 @@ def for_hits(conn: psycopg.Connection, scope: Scope, legs: list[Any], hits: tupl
                 matched.setdefault(key, []).append(query)
     wanted = {}
     for hit in hits:
-        queries = dict.fromkeys(matched.get(hit.document_id if by_document else hit.fragment_id, ()))
+        key = hit.document_id if by_document else hit.fragment_id
+        queries = dict.fromkeys(matched.get(key, ()))
         if queries:
             wanted[hit.fragment_id] = " | ".join(f"({q})" for q in queries)
     found = passages(conn, scope, wanted)

@@ -43,4 +43,6 @@ FROM c
 def stamp(conn: psycopg.Connection, pipeline_id: int) -> datetime:
     """This transaction's version time for the pipeline (taken on first use)."""
     held = conn.execute(_HELD, {"pipeline": pipeline_id}).fetchone()[0]
-    return held if held is not None else conn.execute(_STAMP, {"pipeline": pipeline_id}).fetchone()[0]
+    if held is not None:
+        return held
+    return conn.execute(_STAMP, {"pipeline": pipeline_id}).fetchone()[0]

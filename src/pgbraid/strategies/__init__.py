@@ -52,5 +52,6 @@ def get(name: str) -> Strategy:
     strategy = REGISTRY.get(key)
     if strategy is None:
         known = ", ".join(sorted([*REGISTRY, *ALIASES, "hybrid", "auto", "history"]))
-        raise InvalidRequest(f"unknown search type {shown(name)}; use one of: {known}", field="type")
+        raise InvalidRequest(f"unknown search type {shown(name)}; use one of: {known}",
+                             field="type")
     return strategy

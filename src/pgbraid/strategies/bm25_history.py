@@ -59,8 +59,9 @@ p AS (
            array_agg(t.tf ORDER BY f.bm25_ordinal) AS tfs,
            array_agg(f.bm25_length ORDER BY f.bm25_ordinal) AS lengths
     FROM pgbraid.fragments f
-         CROSS JOIN LATERAL (SELECT u.term, u.tf FROM unnest(f.bm25_terms, f.bm25_tfs) AS u(term, tf)
-                             WHERE u.term = ANY(ARRAY(SELECT term FROM q))) AS t
+         CROSS JOIN LATERAL (
+             SELECT u.term, u.tf FROM unnest(f.bm25_terms, f.bm25_tfs) AS u(term, tf)
+             WHERE u.term = ANY(ARRAY(SELECT term FROM q))) AS t
     WHERE {scope}
     GROUP BY t.term)
 SELECT q.term, q.qtf, p.ordinals, p.tfs, p.lengths FROM q LEFT JOIN p USING (term)

@@ -92,14 +92,12 @@ def check(params: Mapping[str, Any], table: Mapping[str, Param], owner: str,
           label: str = "params") -> None:
     """Refuse names ``table`` does not declare (listing the allowed ones), then check
     every declared value."""
-    unknown = [name for name in params if name not in table]
+    unknown = [printable(str(name), 40) for name in params if name not in table][:5]
     if unknown:
-        names = ", ".join(printable(str(n), 40) for n in unknown[:5])
         raise InvalidRequest(
-            f"unknown parameter{'s' if len(unknown) > 1 else ''} {names} in {label} for "
-            f"{owner}; allowed: {', '.join(table) or 'none'}",
-            field=printable(str(unknown[0]), 40), unknown=[printable(str(n), 40) for n in unknown[:5]],
-            allowed=list(table))
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {label} "
+            f"for {owner}; allowed: {', '.join(table) or 'none'}",
+            field=unknown[0], unknown=unknown, allowed=list(table))
     for param in table.values():
         param.value(params, label)
 
