@@ -320,7 +320,8 @@ def run(*, quick: bool = False) -> None:
         ensure_big(client)
         big = Peers(client, BIG)
         with client.session() as conn:
-            n = conn.execute("SELECT fragments FROM pgbraid.bm25_stats s JOIN pgbraid.pipelines p"
-                             " ON p.id = s.pipeline_id WHERE p.name = %s", (BIG,)).fetchone()[0]
+            n = conn.execute("SELECT count(*) FROM pgbraid.fragments f JOIN pgbraid.pipelines p"
+                             " ON p.id = f.pipeline_id WHERE p.name = %s AND f.current",
+                             (BIG,)).fetchone()[0]
         speed(client, BIG, big, f"{n:,} fragments (SciFact + shuffled copies, Godot, Cranfield, CISI)")
         pruning(client, BIG)

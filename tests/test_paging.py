@@ -174,33 +174,36 @@ def test_graph_pages_carry_no_time(client, pipeline):
 
 
 def test_versions_are_stamped_in_commit_order(client, pipeline, monkeypatch):
-    """Writer A opens its transaction, B writes and commits, then A writes: A's versions
-    must be stamped after B's, or a cursor cut at B's time would let A's into page 2."""
+    """Writer B's batch transaction begins, A takes the pipeline's lock first, writes and
+    commits, then B writes: B's versions must be stamped after A's, or a cursor cut at A's
+    time (the latest the reader saw) would let B's into page 2."""
     client.ingest(pipeline, corpus(1))
-    inside, release = threading.Event(), threading.Event()
-    write = writer.write_document
+    begun, release = threading.Event(), threading.Event()
+    lock, calls = writer.bm25_index.lock, []
 
-    def late(*args, **kwargs):
-        if threading.current_thread().name == "A" and not release.is_set():
-            inside.set()
-            release.wait(10)
-        return write(*args, **kwargs)
+    def late(conn, *args, **kwargs):  # B's second lock: its batch, after its transaction began
+        if threading.current_thread().name == "B":
+            calls.append(1)
+            if len(calls) == 2:
+                begun.set()
+                release.wait(10)
+        return lock(conn, *args, **kwargs)
 
-    monkeypatch.setattr(writer, "write_document", late)
-    a = threading.Thread(target=client.ingest, args=(pipeline, corpus(7)[:PAGE]), name="A")
-    a.start()
-    assert inside.wait(10)  # A's transaction has begun, nothing written
-    client.ingest(pipeline, corpus(8)[PAGE:2 * PAGE])  # B
+    monkeypatch.setattr(writer.bm25_index, "lock", late)
+    b = threading.Thread(target=client.ingest, args=(pipeline, corpus(7)[:PAGE]), name="B")
+    b.start()
+    assert begun.wait(10)  # B's transaction has begun, nothing written
+    client.ingest(pipeline, corpus(8)[PAGE:2 * PAGE])  # A
     whole = client.search(pipeline, QUERY, type="bm25", params={"k": 2 * PAGE})
     first = client.search(pipeline, QUERY, type="bm25", params={"k": PAGE, "offset": 0})
     release.set()
-    a.join()
+    b.join()
     second = client.search(pipeline, QUERY, type="bm25", params={"k": PAGE},
                            cursor=first.next_cursor)
     assert ranked(first.hits) + ranked(second.hits) == ranked(whole.hits)
-    a_from = client.versions(pipeline, "g0")[-1]["valid_from"]
-    b_from = client.versions(pipeline, f"g{PAGE}")[-1]["valid_from"]
-    assert a_from > b_from
+    b_from = client.versions(pipeline, "g0")[-1]["valid_from"]
+    a_from = client.versions(pipeline, f"g{PAGE}")[-1]["valid_from"]
+    assert b_from > a_from
 
 
 def test_a_later_page_uses_the_current_indexes_until_the_reader_sees_a_write(client, pipeline):

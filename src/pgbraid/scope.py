@@ -318,6 +318,22 @@ class Scope:
         return sql.SQL(" AND ").join(parts), params
 
 
+    def partitions(self, alias: str = "p") -> tuple[sql.Composable, dict[str, Any]]:
+        """(condition over bm25_partitions alias, parameters): the BM25 partitions whose
+        statistics this scope may see, those whose classification set overlaps the
+        resolved classifications (the same test ``where`` applies to fragments).
+
+        Statistics (N, avgdl, df, text-search configurations) are sums over these
+        partitions only, so nothing outside the scope moves them. Metadata filters
+        and ``as_of`` stay checks on candidates; expired (and, once built,
+        quarantined) fragments stop counting when they leave, at write time."""
+        p = sql.Identifier(alias)
+        return (sql.SQL("{}.pipeline_id = %(scope_pipeline)s::bigint"
+                        " AND {}.classifications && %(scope_classifications)s::text[]").format(p, p),
+                {"scope_pipeline": self.pipeline_id,
+                 "scope_classifications": list(self.classifications)})
+
+
 def validate_filters(filters: Any, limits: FilterLimits = FilterLimits()) -> None:
     """Compile once without a database to reject a bad filter before any statement is sent."""
     if filters is not None:

@@ -38,8 +38,9 @@ def migration_files() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def migrate(conn: psycopg.Connection) -> list[str]:
-    """Create available extensions and apply pending migrations; return the names applied."""
+def migrate(conn: psycopg.Connection, *, until: int | None = None) -> list[str]:
+    """Create available extensions and apply pending migrations (up to version ``until``,
+    for tests of an older schema); return the names applied."""
     applied: list[str] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -52,7 +53,7 @@ def migrate(conn: psycopg.Connection) -> list[str]:
         )
         done = {row[0] for row in conn.execute("SELECT version FROM pgbraid.schema_migrations")}
         for version, name, text in migration_files():
-            if version in done:
+            if version in done or (until is not None and version > until):
                 continue
             conn.execute(text.encode())
             conn.execute(

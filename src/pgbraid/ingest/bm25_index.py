@@ -1,76 +1,163 @@
 """Maintaining the BM25 index inside the ingest transaction.
 
-Each fragment gets a dense per-pipeline ordinal and its term frequencies (the
-forward index, used to expire it and to explain hits). The postings of a
-batch's fragments are written as one segment at the end of the batch; a
-fragment whose version expires is added to ``bm25_dead`` and stops counting
-at once: in the pipeline's length statistics here, and in each term's ``df``,
-which a query works out as the term's postings minus the dead ones. An ingest call
-merges the segments its batches wrote into one, and segments of the same size
-tier merge once ``MERGE_FACTOR`` of them exist, so a query reads few rows per
-term; merging drops dead postings, and a merge of every segment empties
-``bm25_dead``.
+Serialised per pipeline: every transaction that reads or changes a pipeline's
+BM25 index takes ``lock()`` first (a transaction-scoped advisory lock), so any
+number of concurrent ingesting processes leave exactly the statistics and
+postings one sequential ingest would. Embedding happens before, outside it.
+
+Partitioned by classification set: each distinct sorted set of classifications
+a fragment carries is a *partition* (bm25_partitions) with its own statistics
+per text-search configuration (fragments, total length: bm25_partition_stats),
+segments and dead list. A query reads only the partitions its reader may see,
+so content outside a reader's scope moves none of its statistics.
+
+Each fragment gets a dense per-pipeline ordinal and its term frequencies (the forward index, used to expire it and to explain hits). The
+postings of a batch's fragments are written as one segment per partition at
+the end of the batch; a fragment whose version expires is added to its
+partition's ``bm25_dead`` (with the segment holding its postings) and stops
+counting at once: in the partition's statistics here, and in each term's
+``df``, which a query works out as the term's postings minus the dead ones.
+Merging, which drops dead postings, is in bm25_merge.
+
+Quarantine (not built yet) fits the same path: quarantining a fragment is
+``retire`` (dead list and statistics) under the lock; lifting it writes the
+fragment's postings again from the forward index under a fresh ordinal, as
+migration 011 rebuilds a partition, and adds its statistics back.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
 
-MERGE_FACTOR = 8
-TIER_BASE = 64  # a segment of up to TIER_BASE fragments is tier 0; tiers grow by MERGE_FACTOR
+from . import bm25_merge
+from .bm25_merge import INSERT_POSTINGS, MERGE_FACTOR, tier_of  # noqa: F401 (MERGE_FACTOR re-exported)
+
 MAX_LENGTH = 65_535  # lengths and term frequencies are stored as uint16
+Classifications = tuple[str, ...]
 
-_EXPIRE = """
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('pgbraid.bm25', %s::bigint))"
+
+# The partition of a classification set, created on first use (under the lock).
+_PARTITION = """
+WITH created AS (
+    INSERT INTO pgbraid.bm25_partitions (pipeline_id, classifications)
+    VALUES (%(pipeline)s, %(classifications)s::text[]) ON CONFLICT DO NOTHING RETURNING id)
+SELECT id FROM created
+UNION ALL
+SELECT id FROM pgbraid.bm25_partitions
+WHERE pipeline_id = %(pipeline)s AND classifications = %(classifications)s::text[]
+"""
+
+# Fragment count and total length per (partition, configuration), by deltas.
+_STATS = """
+INSERT INTO pgbraid.bm25_partition_stats (partition_id, config, fragments, total_length)
+SELECT * FROM unnest(%(partitions)s::bigint[], %(configs)s::text[], %(counts)s::bigint[],
+                     %(lengths)s::bigint[])
+ON CONFLICT (partition_id, config) DO UPDATE SET
+    fragments = bm25_partition_stats.fragments + EXCLUDED.fragments,
+    total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
+"""
+
+_SEGMENT = """
+INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment, fragments, tier, ordinals)
+SELECT %(pipeline)s, %(partition)s, %(segment)s, %(fragments)s, %(tier)s,
+       (SELECT range_agg(int4range(o, o, '[]')) FROM unnest(%(ordinals)s::int[]) AS o)
+"""
+
+# Fragments written and expired within this transaction: now in one of its new segments.
+_PLACE_DEAD = """
+UPDATE pgbraid.bm25_dead d SET segment = s.segment
+FROM pgbraid.bm25_segments s
+WHERE s.pipeline_id = %(pipeline)s AND s.segment = ANY(%(segments)s::int[])
+  AND d.partition_id = s.partition_id AND d.segment IS NULL AND s.ordinals @> d.ordinal
+"""
+
+# The partition key of fragment f in SQL (as partition_key: code point order).
+PARTITION_OF = """ARRAY(SELECT c FROM unnest(f.classifications) AS c GROUP BY c
+                        ORDER BY c COLLATE "C")"""
+
+# Quarantined fragments already stopped counting (see the module docstring).
+_RETIRE = """
 WITH gone AS (
-    SELECT f.bm25_ordinal, f.bm25_length FROM pgbraid.fragments f
-    WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL),
-dead AS (
-    INSERT INTO pgbraid.bm25_dead (pipeline_id, ordinal)
-    SELECT %(pipeline)s, bm25_ordinal FROM gone ON CONFLICT DO NOTHING)
-UPDATE pgbraid.bm25_stats SET
-    fragments = fragments - (SELECT count(*) FROM gone),
-    total_length = total_length - (SELECT coalesce(sum(bm25_length), 0) FROM gone)
-WHERE pipeline_id = %(pipeline)s
+    SELECT p.id AS bm25_partition, f.bm25_ordinal, f.bm25_length, f.ts_config::text AS config
+    FROM pgbraid.fragments f
+    JOIN pgbraid.bm25_partitions p ON p.pipeline_id = f.pipeline_id AND p.classifications = """ \
+    + PARTITION_OF + """
+    WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
+dead AS (  -- fragments with postings, in the segment holding them (NULL: not flushed yet)
+    INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal, segment)
+    SELECT %(pipeline)s, g.bm25_partition, g.bm25_ordinal,
+           (SELECT s.segment FROM pgbraid.bm25_segments s
+             WHERE s.partition_id = g.bm25_partition AND s.ordinals @> g.bm25_ordinal)
+    FROM gone g WHERE g.bm25_length > 0 ON CONFLICT DO NOTHING)
+INSERT INTO pgbraid.bm25_partition_stats (partition_id, config, fragments, total_length)
+SELECT bm25_partition, config, -count(*), -sum(bm25_length) FROM gone GROUP BY 1, 2
+ON CONFLICT (partition_id, config) DO UPDATE SET
+    fragments = bm25_partition_stats.fragments + EXCLUDED.fragments,
+    total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
 """
 
-# Large arrays go in binary (%b): psycopg's text array dumper quotes element by element.
-_INSERT_POSTINGS = """
-INSERT INTO pgbraid.bm25_postings (pipeline_id, segment, term, postings, ordinals, tfs, lengths)
-SELECT %(pipeline)s, %(segment)s, * FROM unnest(%(terms)b::text[], %(counts)b::int[],
-    %(ordinals)b::bytea[], %(tfs)b::bytea[], %(lengths)b::bytea[])
-"""
+
+def lock(conn: psycopg.Connection, pipeline_id: int) -> None:
+    """Serialise this transaction's BM25 index work with every other on the pipeline.
+
+    Take it before the transaction reads or changes anything of the index (and
+    before any row lock a concurrent holder might wait for)."""
+    conn.execute(_LOCK, (pipeline_id,))
+
+
+def partition_key(classifications: Classifications) -> Classifications:
+    """A partition's classification set: distinct and sorted by code point (PARTITION_OF)."""
+    return tuple(sorted(set(classifications)))
+
+
+def partitions(conn: psycopg.Connection, pipeline_id: int,
+               sets: set[Classifications]) -> dict[Classifications, int]:
+    """The partition id of each classification set (as partition_key gives it)."""
+    return {key: conn.execute(_PARTITION, {"pipeline": pipeline_id,
+                                           "classifications": list(key)}).fetchone()[0]
+            for key in sorted(sets)}
 
 
 @dataclass
 class Pending:
-    """The postings of fragments written in this batch, flushed as one segment."""
+    """The postings of fragments written in this batch, flushed as one segment per partition."""
 
     ordinals: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     terms: list[list[str]] = field(default_factory=list)
     tfs: list[list[int]] = field(default_factory=list)
-    configs: set[str] = field(default_factory=set)
-    """Text-search configurations of the fragments written."""
+    configs: list[str] = field(default_factory=list)
+    """Text-search configuration of each fragment."""
+    partitions: list[int] = field(default_factory=list)
 
     def add(self, ordinal: int, length: int, terms: list[str] | None, tfs: list[int] | None,
-            config: str) -> None:
-        self.configs.add(config)
+            config: str, partition: int) -> None:
         self.ordinals.append(ordinal)
         self.lengths.append(min(length, MAX_LENGTH))
         self.terms.append(terms or [])
         self.tfs.append([min(t, MAX_LENGTH) for t in tfs or []])
+        self.configs.append(config)
+        self.partitions.append(partition)
 
     def extend(self, other: "Pending") -> None:
-        self.ordinals += other.ordinals
-        self.lengths += other.lengths
-        self.terms += other.terms
-        self.tfs += other.tfs
-        self.configs |= other.configs
+        for name in ("ordinals", "lengths", "terms", "tfs", "configs", "partitions"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def split(self) -> dict[int, "Pending"]:
+        """The pending fragments of each partition."""
+        parts: dict[int, Pending] = defaultdict(Pending)
+        for row in zip(self.ordinals, self.lengths, self.terms, self.tfs, self.configs,
+                       self.partitions):
+            part = parts[row[-1]]
+            for name, value in zip(("ordinals", "lengths", "terms", "tfs", "configs"), row):
+                getattr(part, name).append(value)
+            part.partitions.append(row[-1])
+        return parts
 
     def __len__(self) -> int:
         return len(self.ordinals)
@@ -82,7 +169,7 @@ def ensure_stats(conn: psycopg.Connection, pipeline_id: int) -> None:
 
 
 def reserve_ordinals(conn: psycopg.Connection, pipeline_id: int, count: int) -> int:
-    """The first of ``count`` new ordinals; the row lock orders concurrent writers."""
+    """The first of ``count`` new ordinals."""
     row = conn.execute(
         "UPDATE pgbraid.bm25_stats SET next_ordinal = next_ordinal + %(n)s"
         " WHERE pipeline_id = %(p)s RETURNING next_ordinal - %(n)s",
@@ -93,8 +180,10 @@ def reserve_ordinals(conn: psycopg.Connection, pipeline_id: int, count: int) -> 
     return row[0]
 
 
-def expire_version(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
-    conn.execute(_EXPIRE, {"pipeline": pipeline_id, "version": version_id})
+def retire(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
+    """A version's fragments stop counting: dead list and their partitions' statistics."""
+    conn.execute(_RETIRE, {"pipeline": pipeline_id, "version": version_id})
+
 
 
 def _pack(pending: Pending) -> dict[str, list]:
@@ -117,29 +206,43 @@ def _pack(pending: Pending) -> dict[str, list]:
     }
 
 
-def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending) -> None:
-    """Write the batch's postings as one segment and count them in the statistics."""
+def _count(conn: psycopg.Connection, pending: Pending) -> None:
+    deltas: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for partition, config, length in zip(pending.partitions, pending.configs, pending.lengths):
+        delta = deltas[(partition, config)]
+        delta[0] += 1
+        delta[1] += length
+    keys = sorted(deltas)
+    conn.execute(_STATS, {"partitions": [p for p, _ in keys], "configs": [c for _, c in keys],
+                          "counts": [deltas[k][0] for k in keys],
+                          "lengths": [deltas[k][1] for k in keys]})
+
+
+def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending,
+          first_segment: int) -> set[int]:
+    """Write the batch's postings as one segment per partition and count them in the
+    statistics; merge by tiers each partition's segments written since
+    ``first_segment`` (this ingest call). Returns the partitions written."""
     if not pending:
-        return
-    segment = conn.execute(
-        "UPDATE pgbraid.bm25_stats SET next_segment = next_segment + 1,"
-        " fragments = fragments + %(n)s, total_length = total_length + %(length)s,"
-        " configs = CASE WHEN configs @> %(configs)s::text[] THEN configs"
-        "  ELSE ARRAY(SELECT DISTINCT unnest(configs || %(configs)s::text[]) ORDER BY 1) END"
-        " WHERE pipeline_id = %(p)s RETURNING next_segment - 1",
-        {"n": len(pending), "length": sum(pending.lengths), "p": pipeline_id,
-         "configs": sorted(pending.configs)}).fetchone()[0]
-    conn.execute("INSERT INTO pgbraid.bm25_segments (pipeline_id, segment, fragments, tier)"
-                 " VALUES (%s, %s, %s, %s)", (pipeline_id, segment, len(pending),
-                                              tier_of(len(pending))))
-    packed = _pack(pending)
-    if packed["terms"]:
-        conn.execute(_INSERT_POSTINGS, {"pipeline": pipeline_id, "segment": segment, **packed})
-    merge_tiers(conn, pipeline_id)
-
-
-def tier_of(fragments: int) -> int:
-    return max(0, int(math.log(max(fragments, 1) / TIER_BASE, MERGE_FACTOR)) + 1) if fragments > TIER_BASE else 0
+        return set()
+    parts = pending.split()
+    base = conn.execute(
+        "UPDATE pgbraid.bm25_stats SET next_segment = next_segment + %(n)s"
+        " WHERE pipeline_id = %(p)s RETURNING next_segment - %(n)s",
+        {"n": len(parts), "p": pipeline_id}).fetchone()[0]
+    for segment, (partition, part) in enumerate(sorted(parts.items()), start=base):
+        conn.execute(_SEGMENT, {"pipeline": pipeline_id, "partition": partition,
+                                "segment": segment, "fragments": len(part),
+                                "tier": tier_of(len(part)), "ordinals": part.ordinals})
+        packed = _pack(part)
+        if packed["terms"]:
+            conn.execute(INSERT_POSTINGS, {"pipeline": pipeline_id, "partition": partition,
+                                           "segment": segment, **packed})
+    _count(conn, pending)
+    conn.execute(_PLACE_DEAD, {"pipeline": pipeline_id, "segments": list(range(base, base + len(parts)))})
+    for partition in sorted(parts):
+        bm25_merge.merge_tiers(conn, pipeline_id, partition, since=first_segment)
+    return set(parts)
 
 
 def next_segment(conn: psycopg.Connection, pipeline_id: int) -> int:
@@ -148,75 +251,28 @@ def next_segment(conn: psycopg.Connection, pipeline_id: int) -> int:
     return row[0] if row else 0
 
 
-def merge_since(conn: psycopg.Connection, pipeline_id: int, first_segment: int) -> None:
-    """Merge the segments written since ``first_segment`` (one ingest call) into one."""
-    segments = [r[0] for r in conn.execute(
-        "SELECT segment FROM pgbraid.bm25_segments WHERE pipeline_id = %s AND segment >= %s",
-        (pipeline_id, first_segment))]
-    if len(segments) > 1:
-        _merge(conn, pipeline_id, segments)
-    merge_tiers(conn, pipeline_id)
+def merge_since(conn: psycopg.Connection, pipeline_id: int, first_segment: int,
+                partitions: set[int]) -> None:
+    """At the end of an ingest call: merge each partition it wrote to's segments since
+    ``first_segment`` into one (absorbing older segments of lower tiers), then that
+    partition's full tiers; then rewrite dead-heavy segments."""
+    lock(conn, pipeline_id)
+    for partition in sorted(partitions):
+        bm25_merge.merge_call(conn, pipeline_id, partition, first_segment)
+        bm25_merge.absorb(conn, pipeline_id, partition, first_segment)
+        bm25_merge.merge_tiers(conn, pipeline_id, partition)
+    bm25_merge.compact(conn, pipeline_id)
+
+
+def compact(conn: psycopg.Connection, pipeline_id: int) -> int:
+    """Rewrite the segments of the pipeline heavy with dead fragments (bm25_merge.DEAD_SHARE)."""
+    lock(conn, pipeline_id)
+    return bm25_merge.compact(conn, pipeline_id)
 
 
 def merge_tiers(conn: psycopg.Connection, pipeline_id: int, *, everything: bool = False) -> int:
-    """Merge any tier holding MERGE_FACTOR segments (or all segments); returns merges done."""
-    merges = 0
-    while True:
-        if everything:
-            row = conn.execute(
-                "SELECT array_agg(segment) FROM pgbraid.bm25_segments"
-                " WHERE pipeline_id = %s HAVING count(*) > 1", (pipeline_id,)).fetchone()
-        else:
-            row = conn.execute(
-                "SELECT array_agg(segment) FROM pgbraid.bm25_segments WHERE pipeline_id = %s"
-                " GROUP BY tier HAVING count(*) >= %s ORDER BY tier LIMIT 1",
-                (pipeline_id, MERGE_FACTOR)).fetchone()
-        if row is None:
-            return merges
-        _merge(conn, pipeline_id, row[0])
-        merges += 1
-        everything = False
-
-
-def _merge(conn: psycopg.Connection, pipeline_id: int, segments: list[int]) -> None:
-    dead = conn.execute("SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead"
-                        " WHERE pipeline_id = %s", (pipeline_id,)).fetchone()[0]
-    dead_set = np.asarray(dead, dtype="<i4")
-    parts: dict[str, list[tuple[bytes, bytes, bytes]]] = defaultdict(list)
-    with conn.cursor(binary=True) as cur:
-        cur.execute("SELECT term, ordinals, tfs, lengths FROM pgbraid.bm25_postings"
-                    " WHERE pipeline_id = %s AND segment = ANY(%s)", (pipeline_id, segments))
-        for term, ordinals, tfs, lengths in cur:
-            parts[term].append((ordinals, tfs, lengths))
-    terms, counts, packed_o, packed_t, packed_l = [], [], [], [], []
-    for term in sorted(parts):
-        ordinals = np.concatenate([np.frombuffer(p[0], "<i4") for p in parts[term]])
-        tfs = np.concatenate([np.frombuffer(p[1], "<u2") for p in parts[term]])
-        lengths = np.concatenate([np.frombuffer(p[2], "<u2") for p in parts[term]])
-        keep = ~np.isin(ordinals, dead_set) if len(dead_set) else np.ones(len(ordinals), bool)
-        keep = np.flatnonzero(keep)[np.argsort(ordinals[keep], kind="stable")]  # sorted by ordinal
-        ordinals, tfs, lengths = ordinals[keep], tfs[keep], lengths[keep]
-        if len(ordinals):
-            terms.append(term)
-            counts.append(len(ordinals))
-            packed_o.append(ordinals.tobytes())
-            packed_t.append(tfs.tobytes())
-            packed_l.append(lengths.tobytes())
-    fragments = conn.execute("SELECT sum(fragments) FROM pgbraid.bm25_segments"
-                             " WHERE pipeline_id = %s AND segment = ANY(%s)",
-                             (pipeline_id, segments)).fetchone()[0]
-    segment = conn.execute(
-        "UPDATE pgbraid.bm25_stats SET next_segment = next_segment + 1 WHERE pipeline_id = %s"
-        " RETURNING next_segment - 1", (pipeline_id,)).fetchone()[0]
-    conn.execute("DELETE FROM pgbraid.bm25_segments WHERE pipeline_id = %s AND segment = ANY(%s)",
-                 (pipeline_id, segments))
-    conn.execute("INSERT INTO pgbraid.bm25_segments (pipeline_id, segment, fragments, tier)"
-                 " VALUES (%s, %s, %s, %s)", (pipeline_id, segment, fragments, tier_of(fragments)))
-    if terms:
-        conn.execute(_INSERT_POSTINGS, {"pipeline": pipeline_id, "segment": segment, "terms": terms,
-                                        "counts": counts, "ordinals": packed_o, "tfs": packed_t,
-                                        "lengths": packed_l})
-    remaining = conn.execute("SELECT count(*) FROM pgbraid.bm25_segments WHERE pipeline_id = %s",
-                             (pipeline_id,)).fetchone()[0]
-    if remaining == 1:  # every posting was rewritten without the dead ones
-        conn.execute("DELETE FROM pgbraid.bm25_dead WHERE pipeline_id = %s", (pipeline_id,))
+    """Merge every partition's full tiers (or all of each partition's segments into one)."""
+    lock(conn, pipeline_id)
+    ids = [r[0] for r in conn.execute("SELECT id FROM pgbraid.bm25_partitions"
+                                      " WHERE pipeline_id = %s ORDER BY id", (pipeline_id,))]
+    return sum(bm25_merge.merge_tiers(conn, pipeline_id, p, everything=everything) for p in ids)

@@ -5,8 +5,13 @@ the expiry of the previous version happen in one savepoint inside a batch
 transaction: a reader sees the old version or the new one, never a mix, and a
 failing document rolls back alone. Both versions carry the transaction's one
 version time (ingest/clock.py: per pipeline, in commit order), so the new
-version's valid_from is the old one's valid_to. Unchanged content (same hash) writes
-nothing, and a fragment whose embedded text is unchanged reuses its vector.
+version's valid_from is the old one's valid_to. Unchanged content (same hash)
+writes nothing, and a fragment whose embedded text is unchanged reuses its vector.
+Every transaction that touches the BM25 index takes the pipeline's lock first
+(bm25_index.lock), so concurrent writers of one pipeline write one batch at a
+time and leave what one sequential writer would; embedding stays outside it.
+Fragment ids are random (migration 011); a document whose fragment id collides
+is written once more.
 
 With an embedder, batch i is embedded in a worker thread while batch i-1 is
 written (ONNX releases the GIL), so the database work hides behind the model.
@@ -32,6 +37,7 @@ from .prepare import Prepared, prepare
 from .readers import ReadError, SourceDocument
 
 Outcome = Literal["added", "updated", "unchanged"]
+FRAGMENT_KEY = "fragments_pkey"  # ids are random (migration 011): a collision is retried once
 
 _INSERT_FRAGMENT = """
 INSERT INTO pgbraid.fragments
@@ -53,6 +59,13 @@ FROM (SELECT sum(array_length(positions, 1)) AS length,
              array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
       FROM unnest(to_tsvector(%(config)s::regconfig, %(bm25_text)s))) AS b
 RETURNING id, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs
+"""
+
+# The document, locked, with its current version and the highest version it ever had.
+_DOCUMENT = """
+SELECT d.id, d.current_version,
+       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id)
+FROM pgbraid.documents d WHERE d.pipeline_id = %s AND d.external_id = %s FOR UPDATE
 """
 
 _INSERT_EMBEDDINGS = """
@@ -96,6 +109,15 @@ class IngestReport:
 
 
 @dataclass
+class Call:
+    """What one ingest call wrote to the BM25 index: merged into one segment per partition
+    at its end."""
+
+    first_segment: int
+    partitions: set[int] = field(default_factory=set)
+
+
+@dataclass
 class Batch:
     items: list[Prepared | ReadError]
     unchanged: set[str]
@@ -103,17 +125,17 @@ class Batch:
 
 
 def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
-                   pending: Pending) -> tuple[Outcome, int]:
-    """Write one prepared document inside the caller's transaction.
+                   pending: Pending, partition: int) -> tuple[Outcome, int]:
+    """Write one prepared document inside the caller's transaction, which holds
+    bm25_index.lock.
 
-    The new fragments' postings are added to ``pending``, which the batch flushes.
+    The new fragments (of BM25 partition ``partition``) have their postings added to
+    ``pending``, which the batch flushes.
     """
     doc = prepared.doc
     conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
                  " ON CONFLICT (pipeline_id, external_id) DO NOTHING", (pipeline.id, doc.id))
-    document_id, current = conn.execute(
-        "SELECT id, current_version FROM pgbraid.documents"
-        " WHERE pipeline_id = %s AND external_id = %s FOR UPDATE", (pipeline.id, doc.id)).fetchone()
+    document_id, current, last = conn.execute(_DOCUMENT, (pipeline.id, doc.id)).fetchone()
     previous = None
     if current is not None:
         previous = conn.execute(
@@ -122,9 +144,7 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
         if previous and previous[1] == prepared.digest:
             return "unchanged", 0
 
-    # After a delete current_version is NULL, but the old versions stay readable.
-    number = conn.execute("SELECT coalesce(max(version), 0) + 1 FROM pgbraid.versions"
-                          " WHERE document_id = %s", (document_id,)).fetchone()[0]
+    number = last + 1  # a removed document's numbers go on
     version_id = conn.execute(
         "INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,"
         " classifications, language, source, valid_from)"
@@ -133,7 +153,8 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
          psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications),
          prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source,
          clock.stamp(conn, pipeline.id))).fetchone()[0]
-    fragment_ids = _insert_fragments(conn, pipeline, prepared, document_id, version_id, pending)
+    fragment_ids = _insert_fragments(conn, pipeline, prepared, (document_id, version_id, partition),
+                                     pending)
     if prepared.vectors is not None:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": fragment_ids, "pipeline": pipeline.id,
                                           "vectors": list(prepared.vectors)})
@@ -145,8 +166,10 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
 
 
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
-                      document_id: int, version_id: int, pending: Pending) -> list[int]:
+                      owners: tuple[int, int, int], pending: Pending) -> list[int]:
+    """Insert the fragments of (document, version, BM25 partition)."""
     doc = prepared.doc
+    document_id, version_id, partition = owners
     base = bm25_index.reserve_ordinals(conn, pipeline.id, len(prepared.pieces))
     metadata = psycopg.types.json.Jsonb(doc.metadata)
     rows = [{
@@ -163,24 +186,25 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
         while True:
             fragment_id, *postings = cur.fetchone()
             ids.append(fragment_id)
-            pending.add(*postings, config=rows[len(ids) - 1]["config"])
+            pending.add(*postings, config=rows[len(ids) - 1]["config"], partition=partition)
             if not cur.nextset():
                 break
     return ids
 
 
 def delete_document(conn: psycopg.Connection, pipeline: Pipeline, external_id: str) -> int:
-    """Expire a document's current version (it stays readable point-in-time); returns
-    the version expired. Re-ingesting the id later makes the next version."""
-    row = conn.execute("SELECT id, current_version FROM pgbraid.documents"
-                       " WHERE pipeline_id = %s AND external_id = %s FOR UPDATE",
-                       (pipeline.id, external_id)).fetchone()
+    """Expire a document's current version (it stays readable point-in-time), leaving
+    no current one; returns the version expired. Re-ingesting the id later makes the
+    next version."""
+    bm25_index.lock(conn, pipeline.id)
+    row = conn.execute(_DOCUMENT, (pipeline.id, external_id)).fetchone()
     if row is None or row[1] is None:
         raise NotFound(f"document {external_id!r} does not exist", document_id=external_id)
     version_id = conn.execute("SELECT id FROM pgbraid.versions WHERE document_id = %s"
-                              " AND version = %s", row).fetchone()[0]
+                              " AND version = %s", (row[0], row[1])).fetchone()[0]
     _expire(conn, pipeline, version_id)
     conn.execute("UPDATE pgbraid.documents SET current_version = NULL WHERE id = %s", (row[0],))
+    bm25_index.compact(conn, pipeline.id)
     return row[1]
 
 
@@ -191,7 +215,7 @@ def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> No
     if pipeline.embedder:
         conn.execute("UPDATE pgbraid.embeddings SET current = false WHERE fragment_id IN"
                      " (SELECT id FROM pgbraid.fragments WHERE version_id = %s)", (version_id,))
-    bm25_index.expire_version(conn, pipeline.id, version_id)
+    bm25_index.retire(conn, pipeline.id, version_id)
 
 
 # -- batches ------------------------------------------------------------------
@@ -201,8 +225,9 @@ def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument
            batch_size: int = 64, progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
     """Ingest items in batches; ``session()`` opens one transaction per batch."""
     with session() as conn:
+        bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
-        first_segment = bm25_index.next_segment(conn, pipeline.id)
+        call = Call(bm25_index.next_segment(conn, pipeline.id))
     report = IngestReport()
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-embed") as pool:
@@ -210,18 +235,19 @@ def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument
             for chunk in _chunks(items, batch_size):
                 batch = _start(session, pipeline, chunk, embedder, pool)
                 if previous is not None:
-                    _finish(session, pipeline, previous, report, on_error, progress)
+                    _finish(session, pipeline, previous, report, call, on_error, progress)
                     if report.stopped:
                         if batch.embedding is not None:
                             batch.embedding.cancel()
                         return report
                 previous = batch
             if previous is not None:
-                _finish(session, pipeline, previous, report, on_error, progress)
+                _finish(session, pipeline, previous, report, call, on_error, progress)
         return report
     finally:
-        with session() as conn:
-            bm25_index.merge_since(conn, pipeline.id, first_segment)
+        if call.partitions:
+            with session() as conn:
+                bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
 
 
 def _chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -297,7 +323,7 @@ def _embed(embedder: Embedder, todo: list[Prepared]) -> int:
     return len(texts)
 
 
-def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
+def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport, call: Call,
             on_error: str, progress: Callable[[IngestReport], None] | None) -> None:
     failure = None
     if batch.embedding is not None:
@@ -305,15 +331,21 @@ def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestR
             report.embedded += batch.embedding.result()
         except PgbraidError as exc:
             failure = f"embedding failed: {exc.message}"
-    _write_batch(session, pipeline, batch, report, on_error, failure)
+    _write_batch(session, pipeline, batch, report, call, on_error, failure)
     if progress:
         progress(report)
 
 
 def _write_batch(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
-                 on_error: str, embedding_failure: str | None) -> None:
-    """One transaction: each document in its own savepoint, then the batch's segment."""
+                 call: Call, on_error: str, embedding_failure: str | None) -> None:
+    """One transaction under the pipeline's BM25 lock: each document in its own
+    savepoint, then the batch's segments."""
     with session() as conn:
+        bm25_index.lock(conn, pipeline.id)
+        todo = [item for item in batch.items
+                if isinstance(item, Prepared) and item.doc.id not in batch.unchanged]
+        partitions = bm25_index.partitions(
+            conn, pipeline.id, {bm25_index.partition_key(p.classifications) for p in todo})
         written = Pending()
         for item in batch.items:
             if isinstance(item, Prepared) and item.doc.id in batch.unchanged:
@@ -321,22 +353,34 @@ def _write_batch(session: Callable, pipeline: Pipeline, batch: Batch, report: In
                 continue
             if isinstance(item, Prepared) and embedding_failure and item.needs_embedding:
                 item = ReadError(item.doc.source or item.doc.id, embedding_failure)
+            if isinstance(item, Prepared):
+                item = _write_one(conn, pipeline, item, written, report,
+                                  partitions[bm25_index.partition_key(item.classifications)])
             if isinstance(item, ReadError):
                 report.failed.append(item)
-            else:
-                pending = Pending()
-                try:
-                    with conn.transaction():
-                        outcome, fragments = write_document(conn, pipeline, item, pending)
-                except (PgbraidError, psycopg.DataError, psycopg.IntegrityError) as exc:
-                    message = exc.message if isinstance(exc, PgbraidError) else str(exc).split("\n")[0]
-                    report.failed.append(ReadError(item.doc.source or item.doc.id, message))
-                else:
-                    written.extend(pending)
-                    setattr(report, outcome, getattr(report, outcome) + 1)
-                    report.fragments += fragments
-                    continue
-            if on_error == "stop":
-                report.stopped = True
-                break
-        bm25_index.flush(conn, pipeline.id, written)
+                if on_error == "stop":
+                    report.stopped = True
+                    break
+        call.partitions |= bm25_index.flush(conn, pipeline.id, written, call.first_segment)
+
+
+def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,
+               report: IngestReport, partition: int) -> ReadError | None:
+    """Write a document in a savepoint, once more if a random fragment id collided."""
+    for attempt in (1, 2):
+        pending = Pending()
+        try:
+            with conn.transaction():
+                outcome, fragments = write_document(conn, pipeline, item, pending, partition)
+        except psycopg.errors.UniqueViolation as exc:
+            if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
+                continue
+            return ReadError(item.doc.source or item.doc.id, str(exc).split("\n")[0])
+        except (PgbraidError, psycopg.DataError, psycopg.IntegrityError) as exc:
+            message = exc.message if isinstance(exc, PgbraidError) else str(exc).split("\n")[0]
+            return ReadError(item.doc.source or item.doc.id, message)
+        written.extend(pending)
+        setattr(report, outcome, getattr(report, outcome) + 1)
+        report.fragments += fragments
+        return None
+    raise AssertionError("unreachable")

@@ -5,15 +5,18 @@ Scoring (Lucene's variant, as in bm25s ``method="lucene"`` and Anserini)::
     idf(t)   = ln(1 + (N - df + 0.5) / (df + 0.5))
     score(d) = sum over query terms t of  qtf(t) * idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))
 
-with N, df and avgdl counting current fragments only. Defaults k1 = 0.9,
-b = 0.4: Anserini's BEIR settings, which hold across collections better than
-Lucene's 1.2 / 0.75 on short documents (measured on SciFact in bench/).
+with N, df and avgdl counting current fragments of the BM25 partitions in the
+reader's scope only (each classification set is a partition: see
+ingest/bm25_index.py), so nothing outside the scope moves a score, a rank or
+a value of the trace. Defaults k1 = 0.9, b = 0.4: Anserini's BEIR settings,
+which hold across collections better than Lucene's 1.2 / 0.75 on short
+documents (measured on SciFact in bench/).
 
 Query path:
-1. read the pipeline statistics, and tokenize the query in PostgreSQL (same
-   code-aware expansion and text-search configuration as ingestion) together
-   with its terms' document frequencies and the segments holding their
-   postings (one round trip);
+1. read the statistics of the partitions in scope, and tokenize the query in
+   PostgreSQL (same code-aware expansion and text-search configuration as
+   ingestion) together with its terms' document frequencies and the segments
+   holding their postings (one round trip);
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
@@ -54,31 +57,40 @@ DEFAULT_B = 0.4
 ENGINES = ("auto", "pgbraid", "pg_search")
 PRUNING = ("none", "maxscore")
 
-# The pipeline statistics (dead ordinals on the first row only), then one row per
-# (query term, segment): the query's lexemes (same configuration and code-aware
-# expansion as ingestion) and the segments holding their postings, with the
-# arrays of short lists inline (rare terms: nothing worth caching);
-# bm25_postings.load gets the rest. One round trip.
-_TERMS = """
-WITH s AS (
-    SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
-           (SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead
-             WHERE pipeline_id = %(pipeline)s::bigint) AS dead
-    FROM pgbraid.bm25_stats s WHERE s.pipeline_id = %(pipeline)s::bigint),
+# The statistics of the partitions in scope ({partitions}: Scope.partitions; dead
+# ordinals on the first row only), then one row per (query term, segment of those
+# partitions): the query's lexemes (same configuration and code-aware expansion as
+# ingestion) and the segments holding their postings, with the arrays of short
+# lists inline (rare terms: nothing worth caching); bm25_postings.load gets the
+# rest. One round trip.
+_TERMS = sql.SQL("""
+WITH parts AS MATERIALIZED (SELECT p.id FROM pgbraid.bm25_partitions p WHERE {partitions}),
+s AS (
+    SELECT coalesce(sum(st.fragments), 0)::bigint AS fragments,
+           coalesce(sum(st.total_length), 0)::bigint AS total_length,
+           coalesce(array_agg(DISTINCT st.config ORDER BY st.config)
+                    FILTER (WHERE st.fragments > 0), '{{}}') AS configs
+    FROM pgbraid.bm25_partition_stats st WHERE st.partition_id IN (SELECT id FROM parts)),
+h AS (
+    SELECT b.next_ordinal,
+           (SELECT coalesce(array_agg(d.ordinal), '{{}}') FROM pgbraid.bm25_dead d
+             WHERE d.partition_id IN (SELECT id FROM parts)) AS dead
+    FROM pgbraid.bm25_stats b WHERE b.pipeline_id = %(scope_pipeline)s::bigint),
 l AS (
-    SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, p.segment,
-           CASE WHEN p.postings <= %(inline)s THEN p.ordinals END AS ordinals,
-           CASE WHEN p.postings <= %(inline)s THEN p.tfs END AS tfs,
-           CASE WHEN p.postings <= %(inline)s THEN p.lengths END AS lengths
+    SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, pp.segment,
+           CASE WHEN pp.postings <= %(inline)s THEN pp.ordinals END AS ordinals,
+           CASE WHEN pp.postings <= %(inline)s THEN pp.tfs END AS tfs,
+           CASE WHEN pp.postings <= %(inline)s THEN pp.lengths END AS lengths
     FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) AS q
-    LEFT JOIN pgbraid.bm25_postings p
-           ON p.pipeline_id = %(pipeline)s::bigint AND p.term = q.lexeme)
-SELECT s.fragments, s.total_length, s.next_ordinal, s.configs,
-       CASE WHEN row_number() OVER (ORDER BY l.term, l.segment) = 1 THEN s.dead END,
+    LEFT JOIN pgbraid.bm25_postings pp
+           ON pp.pipeline_id = %(scope_pipeline)s::bigint AND pp.term = q.lexeme
+          AND pp.partition_id = ANY(ARRAY(SELECT id FROM parts)))
+SELECT s.fragments, s.total_length, h.next_ordinal, s.configs,
+       CASE WHEN row_number() OVER (ORDER BY l.term, l.segment) = 1 THEN h.dead END,
        l.term, l.qtf, l.segment, l.ordinals, l.tfs, l.lengths
-FROM s LEFT JOIN l ON true
+FROM s CROSS JOIN h LEFT JOIN l ON true
 ORDER BY l.term, l.segment
-"""
+""")
 INLINE_POSTINGS = 128
 
 # Candidates arrive in score order; the first k in scope, with their columns,
@@ -96,20 +108,22 @@ LIMIT %(k)s
 """
 
 
-def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str,
+def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Scope,
               context: Context) -> tuple[str, tuple[int, int, int, list[int]], list[tuple]]:
-    """The configuration used, the statistics (N, total length, ordinals, dead) and a
-    row per (term, segment): term, qtf, segment, arrays (or None)."""
-    config = query_language.choose(context.languages, pipeline, query)
-    params = {"pipeline": pipeline.id, "config": config, "text": expand_code(query),
-              "inline": INLINE_POSTINGS}
+    """The configuration used, the statistics in scope (N, total length, ordinals, dead)
+    and a row per (term, segment): term, qtf, segment, arrays (or None)."""
+    held = scope.classifications
+    config = query_language.choose(context.languages, pipeline, held, query)
+    partitions, params = scope.partitions("p")
+    params.update(config=config, text=expand_code(query), inline=INLINE_POSTINGS)
+    statement = _TERMS.format(partitions=partitions)
     with conn.cursor(binary=True) as cur:
-        rows = cur.execute(_TERMS, params).fetchall()
-        again = rows and query_language.recheck(context.languages, pipeline, query, config,
+        rows = cur.execute(statement, params).fetchall()
+        again = rows and query_language.recheck(context.languages, pipeline, held, query, config,
                                                 rows[0][3])
         if again:
             config = params["config"] = again
-            rows = cur.execute(_TERMS, params).fetchall()
+            rows = cur.execute(statement, params).fetchall()
     if not rows:
         return config, (0, 0, 0, []), []
     n, total, size, _, dead = rows[0][:5]
@@ -199,7 +213,8 @@ class BM25(Strategy):
                     scope: Scope, k: int, context: Context) -> Outcome:
         k1 = _number(request, "k1", DEFAULT_K1, 0.0, 10.0)
         b = _number(request, "b", DEFAULT_B, 0.0, 1.0)
-        config, (n, total, size, dead), rows = _tokenize(conn, pipeline, request.query, context)
+        config, (n, total, size, dead), rows = _tokenize(conn, pipeline, request.query, scope,
+                                                          context)
         details: dict[str, Any] = {"engine": "pgbraid", "config": config, "k1": k1, "b": b,
                                    "documents": n, "avgdl": round(total / n, 3) if n else 0.0}
         qtfs = {row[0]: row[1] for row in rows}
@@ -222,9 +237,9 @@ class BM25(Strategy):
                        postings_fetched=fetched, candidates=pruning.candidates,
                        exhaustive=pruning.exhaustive, candidates_checked=checked,
                        verify_rounds=rounds, rows=len(hits))
-        if not hits:
+        if not hits:  # df counts current fragments of the partitions in scope only
             details["explanation"] = ("no query term occurs in any fragment in scope"
-                                      if pruning.postings == 0
+                                      if not any(df for _, df in terms.values())
                                       else "no matching fragment is in scope")
         return Outcome(hits, details)
 

@@ -26,6 +26,7 @@ from . import history, query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 from .params import HIGHLIGHT, PAGING, Param
 
+# Ties in ingest order (fragment ids are random).
 _SEARCH = """
 SELECT {columns}, ts_rank_cd(f.tsv, q.query, 1) AS score
 FROM (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS query) AS q,
@@ -33,14 +34,13 @@ FROM (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS query) AS
      JOIN pgbraid.versions v ON v.id = f.version_id
      JOIN pgbraid.documents d ON d.id = f.document_id
 WHERE {scope} AND f.tsv @@ q.query AND ts_rank_cd(f.tsv, q.query, 1) >= %(threshold)s
-ORDER BY score DESC, f.id
+ORDER BY score DESC, f.bm25_ordinal
 LIMIT %(k)s
 """
 
-_QUERY_TEXT = """
-SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text,
-       (SELECT configs FROM pgbraid.bm25_stats WHERE pipeline_id = %(pipeline)s::bigint)
-"""
+# The tsquery, and the text-search configurations of the partitions in scope.
+_QUERY_TEXT = sql.SQL("SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text, {configs}")
+_TSQUERY = "SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text"
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 MAX_EXPLAINED_TOKENS = 64
@@ -69,7 +69,7 @@ class FullText(Strategy):
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        params: dict[str, Any] = {"query": request.query, "k": k, "pipeline": pipeline.id,
+        params: dict[str, Any] = {"query": request.query, "k": k,
                                   "threshold": self.param(request, "threshold")}
         config, tsquery = _tsquery(conn, pipeline, request.query, scope, context, params)
         tokens = tokens_of(tsquery)
@@ -91,17 +91,22 @@ class FullText(Strategy):
 
 def _tsquery(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Scope,
              context: Context, params: dict[str, Any]) -> tuple[str, str]:
-    """The configuration and the tsquery the query becomes (as_of: in the configuration
-    of that time, strategies/history.py)."""
+    """The configuration and the tsquery the query becomes: in the configuration(s) of
+    the partitions in scope, or as of a time, of the fragments valid then
+    (strategies/history.py)."""
     if scope.as_of is not None:
         params["config"] = history.configuration_at(conn, pipeline, scope, query)
-        return params["config"], conn.execute(_QUERY_TEXT, params).fetchone()[0]
-    config = params["config"] = query_language.choose(context.languages, pipeline, query)
-    tsquery, configs = conn.execute(_QUERY_TEXT, params).fetchone()
-    again = query_language.recheck(context.languages, pipeline, query, config, configs)
+        return params["config"], conn.execute(_TSQUERY, params).fetchone()[0]
+    held = scope.classifications
+    config = params["config"] = query_language.choose(context.languages, pipeline, held, query)
+    partitions, partition_params = scope.partitions("p")
+    statement = _QUERY_TEXT.format(
+        configs=sql.SQL(query_language.CONFIGS).format(partitions=partitions))
+    tsquery, configs = conn.execute(statement, {**params, **partition_params}).fetchone()
+    again = query_language.recheck(context.languages, pipeline, held, query, config, configs)
     if again:
         config = params["config"] = again
-        tsquery = conn.execute(_QUERY_TEXT, params).fetchone()[0]
+        tsquery = conn.execute(statement, {**params, **partition_params}).fetchone()[0]
     return config, tsquery
 
 
