@@ -2,8 +2,9 @@
 
 A search is a plan (planner.py): one strategy, ``history`` (one strategy as of
 a time), or the legs of ``hybrid`` / ``auto``; a page of it (paging.py) as of
-the request's time or its cursor's. The engine checks the principal (read + execute on the pipeline,
-classifications it may hold), opens one read-only REPEATABLE READ snapshot,
+the request's time or its cursor's. The engine checks the principal (read +
+execute on the pipeline, classifications it may hold), opens one read-only
+REPEATABLE READ snapshot,
 looks up the pipeline and resolves the classifications, builds the ``Scope``,
 runs the legs (further legs on sessions of their own that import the same
 snapshot, or in turn on the main session when the pool has none free), and
