@@ -4,11 +4,10 @@ A search is a plan (planner.py): one strategy, ``history`` (one strategy as of
 a time), or the legs of ``hybrid`` / ``auto``; a page of it (paging.py) as of
 the request's time or its cursor's. The engine checks the principal (read +
 execute on the pipeline, classifications it may hold), opens one read-only
-REPEATABLE READ snapshot,
-looks up the pipeline and resolves the classifications, builds the ``Scope``,
-runs the legs (further legs on sessions of their own that import the same
-snapshot, or in turn on the main session when the pool has none free), and
-turns rows into hits and the trace in one place, adding highlights
+REPEATABLE READ snapshot, looks up the pipeline and resolves the
+classifications, builds the ``Scope``, runs the legs (further legs on sessions
+of their own that import the same snapshot, or in turn on the main session
+when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
 (highlight.py) and the next page's cursor in the same snapshot. Document reads
 and version listings run the same way.
 """
