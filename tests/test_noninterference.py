@@ -3,8 +3,11 @@ changes — secret documents (some German) added, changed and removed, secret do
 cited by graph entities, another tenant's pipeline of the same name.
 
 The walk covers every entry of the strategy registry (a new strategy falls under it
-with the default request), hybrid and auto, graph modes, grounding, document reads,
-version listings and pipeline counts. Timings are the only values allowed to differ.
+with the default request), hybrid and auto, graph modes, point-in-time searches
+(as_of with every versioned type, type history), highlights, pages (offset, and
+the next page through the cursor, which must not change either), grounding,
+document reads, version listings and pipeline counts. Timings are the only
+values allowed to differ.
 """
 
 from __future__ import annotations
@@ -61,6 +64,19 @@ FUSED = [{"type": "hybrid", "query": QUERY}, {"type": "auto", "query": QUERY},
          {"type": "auto", "query": "APT29"}, {"type": "hybrid", "query": "CVE-2021-44228 reactor"},
          {"type": "fulltext", "query": "reactor zebra"},  # a zero-hit explanation
          {"type": "bm25", "query": "zebra quagga"}]
+FUTURE = "2100-01-01T00:00:00+00:00"  # every change of the phases is valid then
+POINT_IN_TIME = [
+    *[{"type": name, "query": QUERY, "params": {"k": 10}, "as_of": FUTURE}
+      for name, strategy in strategies.REGISTRY.items() if strategy.versioned],
+    *[{"type": "history", "query": QUERY, "params": {"k": 10, **extra}, "as_of": FUTURE}
+      for extra in ({}, {"strategy": "fulltext"}, {"strategy": "similarity"})],
+    {"type": "hybrid", "query": QUERY, "as_of": FUTURE},
+    {"type": "auto", "query": "APT29", "as_of": FUTURE}]
+HIGHLIGHTS = [{"type": name, "query": QUERY, "params": {"k": 10, "highlight": True}}
+              for name in ("fulltext", "bm25", "hybrid", "auto")]
+PAGES = [{"type": name, "query": QUERY, "params": {"k": 2, "offset": 1}}
+         for name in ("bm25", "fulltext", "similarity", "hybrid")] + [
+    {"type": "bm25", "query": QUERY, "params": {"k": 2, "offset": 0}, "as_of": FUTURE}]
 
 
 def requests() -> list[dict[str, Any]]:
@@ -68,7 +84,7 @@ def requests() -> list[dict[str, Any]]:
     for name in strategies.REGISTRY:
         for extra in SPECIAL.get(name, [{"query": QUERY, "params": {"k": 10}}]):
             walked.append({"type": name, **extra})
-    return walked + FUSED
+    return walked + FUSED + POINT_IN_TIME + HIGHLIGHTS + PAGES
 
 
 def strip_timings(value: Any) -> Any:
@@ -97,8 +113,14 @@ def world(data_dir, server, superuser):
 def observe(reader: pgbraid.Client, pipeline: str, source: str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for n, request in enumerate(requests()):
-        body = reader.search(pipeline, **request).model_dump(mode="json")
-        seen[f"{n}:{request['type']}:{request['query']}"] = strip_timings(body)
+        response = reader.search(pipeline, **request)
+        seen[f"{n}:{request['type']}:{request['query']}"] = strip_timings(
+            response.model_dump(mode="json"))
+        if response.next_cursor:  # the next page, as of the cursor's time
+            following = {**request, "params": {**request["params"]}}
+            following["params"].pop("offset")
+            body = reader.search(pipeline, cursor=response.next_cursor, **following)
+            seen[f"{n}:next page"] = strip_timings(body.model_dump(mode="json"))
     seen["document"] = reader.document(pipeline, "p1")
     seen["versions"] = reader.versions(pipeline, "p1")
     seen["pipeline"] = reader.pipeline(pipeline).model_dump()
@@ -133,4 +155,9 @@ def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world):
 def test_the_walk_covers_every_strategy():
     walked = {r["type"] for r in requests()}
     assert set(strategies.REGISTRY) <= walked
-    assert {"hybrid", "auto"} <= walked
+    assert {"hybrid", "auto", "history"} <= walked
+    versioned = {n for n, s in strategies.REGISTRY.items() if s.versioned}
+    assert versioned <= {r["type"] for r in requests() if r.get("as_of")}
+    assert {r["type"] for r in requests() if r.get("params", {}).get("highlight")} >= {
+        "fulltext", "bm25", "hybrid"}
+    assert any("offset" in r.get("params", {}) for r in requests())

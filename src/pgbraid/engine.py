@@ -1,13 +1,15 @@
 """The engine: runs every read a principal asks for, under one scope and one snapshot.
 
-A search is a plan (planner.py): one strategy, or the legs of ``hybrid`` /
-``auto``. The engine checks the principal (read + execute on the pipeline,
-classifications it may hold), opens one read-only REPEATABLE READ snapshot,
-looks up the pipeline and resolves the classifications, builds the ``Scope``,
-runs the legs (further legs on sessions of their own that import the same
-snapshot, or in turn on the main session when the pool has none free), and
-turns rows into hits and the trace in one place. Document reads and version
-listings run the same way.
+A search is a plan (planner.py): one strategy, ``history`` (one strategy as of
+a time), or the legs of ``hybrid`` / ``auto``; a page of it (paging.py) as of
+the request's time or its cursor's. The engine checks the principal (read +
+execute on the pipeline, classifications it may hold), opens one read-only
+REPEATABLE READ snapshot, looks up the pipeline and resolves the
+classifications, builds the ``Scope``, runs the legs (further legs on sessions
+of their own that import the same snapshot, or in turn on the main session
+when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
+(highlight.py) and the next page's cursor in the same snapshot. Document reads
+and version listings run the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from . import documents, pipelines, planner, strategies
+from . import documents, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
 from .errors import Forbidden, NotEnabled, PgbraidError
 from .fusion import Fused, fuse, promote
@@ -80,28 +82,45 @@ class Engine:
 
     def search(self, principal: Principal, pipeline_name: str,
                body: dict[str, Any] | SearchRequest) -> SearchResponse:
-        request = self.parse(body)
+        asked = self.parse(body)
+        page = paging.open_page(asked, self.max_k)
         principal.require(pipeline_name, "read", "execute")
         started = time.perf_counter()
-        plan = planner.for_request(request)
+        plan = planner.for_request(asked)
         if not any(strategies.get(leg.strategy).touches_database for leg in plan.legs):
-            legs = [Leg(leg, request) for leg in plan.legs]
+            legs = [Leg(leg, planner.single_request(asked)) for leg in plan.legs]
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
-            return self._respond(pipeline_name, request, plan, legs, started)
+            return self._respond(pipeline_name, asked, plan, legs, page, started)
         context = self.context_with_extensions()
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
-                                           request.classification)
-            request = request.model_copy(update={"classification": held})
-            scope = Scope(pipeline.id, held, request.filters)
+                                           asked.classification)
+            request = asked.model_copy(update={"classification": held})
+            scope = Scope(pipeline.id, held, request.filters, as_of=page.as_of)
+            if paging.still_current(snapshot.conn, page, scope):
+                scope = dataclasses.replace(scope, as_of=None)  # the same versions, indexed
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
                 legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
             else:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
-                                         context)]
-        return self._respond(pipeline.name, request, plan, legs, started)
+                                         context, page)]
+            response = self._respond(pipeline.name, request, plan, legs, page, started)
+            return self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started)
+
+    def _finish(self, conn: psycopg.Connection, asked: SearchRequest, plan: planner.Plan,
+                legs: list[Leg], page: paging.Page, scope: Scope, response: SearchResponse,
+                started: float) -> SearchResponse:
+        """Highlights and the next page's cursor, in the search's snapshot."""
+        hits = response.hits
+        if asked.params.get("highlight"):
+            hits = highlight.for_hits(conn, scope, legs, hits, asked.group_by == "document")
+        # A graph leg of auto runs on current edges, its documents as of the cursor's time.
+        versioned = any(strategies.get(leg.strategy).versioned for leg in plan.legs)
+        cursor = paging.next_cursor(conn, asked, page, scope, len(hits), versioned)
+        trace = response.trace.model_copy(update={"ms": _ms(started)})
+        return response.model_copy(update={"hits": hits, "next_cursor": cursor, "trace": trace})
 
     def _resolve(self, conn: psycopg.Connection, principal: Principal, name: str,
                  asked: tuple[str, ...] | None) -> tuple[Pipeline, tuple[str, ...]]:
@@ -118,15 +137,18 @@ class Engine:
         return pipeline, held
 
     def _run_single(self, conn: psycopg.Connection, planned: planner.Leg, pipeline: Pipeline,
-                    request: SearchRequest, scope: Scope, context: Context) -> Leg:
-        """One strategy named by the caller: unavailable is an error, not a skip."""
+                    request: SearchRequest, scope: Scope, context: Context,
+                    page: paging.Page) -> Leg:
+        """One strategy named by the caller: unavailable is an error, not a skip. It
+        ranks offset + k rows; the page is the last k."""
         strategy = strategies.get(planned.strategy)
         reason = strategy.unavailable(pipeline, context)
         if reason:
             raise NotEnabled(f"{strategy.name} is not enabled: {reason}", strategy=strategy.name)
-        leg = Leg(planned, request)
+        leg = Leg(planned, planner.single_request(request))
         began = time.perf_counter()
-        outcome, leg.rows = _deepen(conn, strategy, pipeline, request, scope, context)
+        want = page.offset + request.k if request.k else 0
+        outcome, leg.rows = _deepen(conn, strategy, pipeline, leg.request, scope, context, want)
         leg.entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(leg.rows),
                                ms=_ms(began), details=outcome.details)
         return leg
@@ -196,12 +218,13 @@ class Engine:
                                ms=_ms(began), details=details)
 
     def _respond(self, pipeline: str, request: SearchRequest, plan: planner.Plan, legs: list[Leg],
-                 started: float) -> SearchResponse:
+                 page: paging.Page, started: float) -> SearchResponse:
         if not plan.fused:
             (leg,) = legs
-            hits = [_hit(row, rank, row.score) for rank, row in enumerate(leg.rows, start=1)]
+            hits = [_hit(row, rank, row.score)
+                    for rank, row in enumerate(leg.rows[page.offset:], start=page.offset + 1)]
             return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
-                                  hits=tuple(hits),
+                                  hits=tuple(hits), as_of=page.as_of,
                                   trace=Trace(retrievers=(leg.entry,), ms=_ms(started)))
         weights = planner.weights(request, plan)
         for leg in legs:
@@ -216,10 +239,11 @@ class Engine:
         fused = promote(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
                              by_document=by_document), plan.identifiers)
         hits = [_hit(item.row, rank, round(item.score, 8), item)
-                for rank, item in enumerate(fused[:request.k], start=1)]
+                for rank, item in enumerate(fused[page.offset:page.offset + request.k],
+                                            start=page.offset + 1)]
         fusion = _fusion_trace(plan, method, rrf_k, weights, ran, fused, by_document)
         return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
-                              hits=tuple(hits),
+                              hits=tuple(hits), as_of=page.as_of,
                               trace=Trace(retrievers=tuple(leg.entry for leg in legs),
                                           fusion=fusion, ms=_ms(started)))
 
@@ -290,9 +314,9 @@ def _has_graph(conn: psycopg.Connection, pipeline: Pipeline) -> bool:
                         (pipeline.id,)).fetchone()[0]
 
 
-def _deepen(conn, strategy, pipeline, request, scope, context) -> tuple[Outcome, list[Row]]:
-    """Run a single strategy; grouped by document, deepen until k documents or exhaustion."""
-    k = request.k
+def _deepen(conn, strategy, pipeline, request, scope, context, k) -> tuple[Outcome, list[Row]]:
+    """Run a single strategy for k rows; grouped by document, deepen until k documents
+    or exhaustion."""
     if k == 0:
         return Outcome([]), []
     if request.group_by != "document":

@@ -17,6 +17,7 @@ DEFAULT_CLASSIFICATION = "public"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 MAX_DOCUMENT_ID_CHARS = 1000
 MAX_VERSION = 2**31 - 1
+MAX_CURSOR_CHARS = 1000
 
 
 class Frozen(BaseModel):
@@ -65,6 +66,26 @@ class SearchRequest(Frozen):
     filters: dict[str, Any] | None = None
     distance_strategy: str = "cosine"
     group_by: Literal["fragment", "document"] = "fragment"
+    as_of: datetime | None = None
+    """Search the versions valid at this time (an ISO-8601 string or a datetime; UTC
+    without an offset); None: the current ones."""
+    cursor: str | None = None
+    """The ``next_cursor`` of the previous page (paging.py)."""
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of(cls, value: Any) -> datetime | None:
+        try:
+            return parse_as_of(value)
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from exc
+
+    @field_validator("cursor")
+    @classmethod
+    def _cursor(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > MAX_CURSOR_CHARS or text_flaw(value)):
+            raise ValueError("is not a cursor pgbraid issued")
+        return value
 
     @field_validator("classification", mode="before")
     @classmethod
@@ -90,6 +111,10 @@ class SearchRequest(Frozen):
     def k(self) -> int:
         return int(self.params.get("k", 5))
 
+    @property
+    def offset(self) -> int:
+        return int(self.params.get("offset", 0))
+
 
 def parse_search_request(data: dict[str, Any], *, max_query_chars: int, max_k: int) -> SearchRequest:
     """Validate a raw request body into a SearchRequest, raising InvalidRequest with one line."""
@@ -101,7 +126,11 @@ def parse_search_request(data: dict[str, Any], *, max_query_chars: int, max_k: i
         request = SearchRequest.model_validate(data)
     except ValidationError as exc:
         raise InvalidRequest(_first_error(exc), errors=_errors(exc)) from None
-    number(request.params, "k", 5, 0, max_k, integer=True)
+    k = number(request.params, "k", 5, 0, max_k, integer=True)
+    offset = number(request.params, "offset", 0, 0, max_k, integer=True)
+    if k + offset > max_k:
+        raise InvalidRequest(f"params.offset + params.k must be at most {max_k} "
+                             "(PGBRAID_MAX_K)", field="offset")
     return request
 
 
@@ -271,6 +300,9 @@ class Hit(Frozen):
     evidence: dict[str, Any] | None = None
     """Why a graph hit was found: shared neighbours or the path."""
     found_by: tuple[StrategyRank, ...] = ()
+    highlights: tuple[str, ...] | None = None
+    """With params.highlight: passages of this fragment, HTML-escaped, the matched words
+    in <mark>...</mark> (highlight.py)."""
 
 
 class TraceEntry(Frozen):
@@ -294,6 +326,10 @@ class SearchResponse(Frozen):
     type: str
     hits: tuple[Hit, ...]
     trace: Trace
+    as_of: datetime | None = None
+    """The time searched: the request's as_of, or a cursor's; None: current versions."""
+    next_cursor: str | None = None
+    """When paging (params.offset or a cursor) and the page is full: the next page's cursor."""
     id: Any = None
     """The caller's query id, echoed in batch mode."""
 

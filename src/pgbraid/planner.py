@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import strategies
 from .errors import InvalidRequest
-from .fusion import METHODS
 from .models import SearchRequest, number, printable
+from .strategies import params
 from .strategies.base import Context
 
 FUSED = ("hybrid", "auto")
+HISTORY = "history"
+PLANNABLE = {"hybrid": ("bm25", "similarity", "fuzzy"),
+             "auto": ("fulltext", "bm25", "similarity", "fuzzy", "graph")}
+"""What a plan without params.strategies may run."""
 DEFAULT_DEPTH = 50
 MAX_DEPTH = 1000
 
@@ -141,49 +146,96 @@ def plan(query: str, *, graph: bool = False) -> Plan:
 
 def validate(request: SearchRequest, context: Context) -> None:
     """Everything about the plan that needs no database: names, params, gates."""
-    if request.type not in FUSED:
-        strategies.get(request.type).validate(request, context)
-        return
-    params = request.params
-    names = params.get("strategies")
-    if names is not None:
-        if (not isinstance(names, list) or not names
-                or not all(isinstance(n, str) for n in names)):
-            raise InvalidRequest("params.strategies must be a non-empty list of strategy names",
-                                 field="strategies")
-        for name in names:
-            if name in FUSED:
-                raise InvalidRequest(f"{name!r} cannot be a leg of a fused search", field="strategies")
-            strategies.get(name)
-    weights = params.get("weights", {})
-    if not isinstance(weights, dict):
-        raise InvalidRequest("params.weights must map strategy names to numbers >= 0", field="weights")
-    for name in weights:
-        strategies.get(name)
-        number(weights, name, None, 0, label=f"params.weights.{name}")
-    number(params, "rrf_k", 60, 1, 10_000, integer=True)
-    if params.get("fusion", "rrf") not in METHODS:
-        raise InvalidRequest(f"params.fusion must be one of {', '.join(METHODS)}", field="fusion")
-    depth = params.get("depth")
-    if isinstance(depth, dict):  # per strategy
-        for name in depth:
-            number(depth, name, None, 1, MAX_DEPTH, integer=True,
-                   label=f"params.depth.{printable(str(name), 40)}")
+    if request.type == HISTORY:
+        _validate_history(request, context)
+    elif request.type not in FUSED:
+        strategy = strategies.get(request.type)
+        params.check(request.params, strategy.declared, strategy.name)
+        strategy.validate(request, context)
     else:
-        number(params, "depth", None, 1, MAX_DEPTH, integer=True)
-    leg_params = params.get("leg_params", {})
-    if not isinstance(leg_params, dict) or not all(isinstance(v, dict) for v in leg_params.values()):
-        raise InvalidRequest("params.leg_params must map strategy names to objects", field="leg_params")
-    for leg in for_request(request).legs:
-        strategies.get(leg.strategy).validate(leg_request(request, leg), context)
+        params.check(request.params, params.FUSED[request.type], request.type)
+        _check_maps(request, _leg_names(request))
+        for leg in for_request(request).legs:
+            strategies.get(leg.strategy).validate(leg_request(request, leg), context)
+
+
+def _validate_history(request: SearchRequest, context: Context) -> None:
+    if request.as_of is None:
+        raise InvalidRequest("type history searches the versions valid at a time: give as_of",
+                             field="as_of")
+    inner = single_request(request)
+    strategy = strategies.get(inner.type)
+    params.check(request.params, {**strategy.declared, "strategy": params.STRATEGY},
+                 f"history ({strategy.name})")
+    strategy.validate(inner, context)
+
+
+def _leg_names(request: SearchRequest) -> tuple[str, ...]:
+    """The strategies a fused plan may run: what weights, depth and leg_params may name."""
+    names = request.params.get("strategies")
+    if names is None:
+        return PLANNABLE[request.type]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise InvalidRequest("params.strategies must be a non-empty list of strategy names",
+                             field="strategies")
+    for name in names:
+        if name in FUSED or name == HISTORY:
+            raise InvalidRequest(f"{name!r} cannot be a leg of a fused search", field="strategies")
+        strategies.get(name)
+    return tuple(names)
+
+
+def _check_maps(request: SearchRequest, legs: tuple[str, ...]) -> None:
+    """weights, depth and leg_params name legs of the plan; each leg's params are its
+    strategy's own (k, offset and highlight belong to the whole plan)."""
+    given = request.params
+    weights = _leg_map(given.get("weights"), legs, "weights", "numbers >= 0")
+    for name in weights:
+        number(weights, name, None, 0, label=f"params.weights.{name}")
+    depth = given.get("depth")
+    if isinstance(depth, dict):  # per strategy
+        for name in _leg_map(depth, legs, "depth", "integers"):
+            number(depth, name, None, 1, MAX_DEPTH, integer=True, label=f"params.depth.{name}")
+    else:
+        number(given, "depth", None, 1, MAX_DEPTH, integer=True)
+    for name, own in _leg_map(given.get("leg_params"), legs, "leg_params", "objects").items():
+        if not isinstance(own, dict):
+            raise InvalidRequest(f"params.leg_params.{name} must be an object", field="leg_params")
+        table = {n: p for n, p in strategies.get(name).declared.items()
+                 if n not in params.FUSED_ONLY}
+        params.check(own, table, name, label=f"params.leg_params.{name}")
+
+
+def _leg_map(value: Any, legs: tuple[str, ...], what: str, holding: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"params.{what} must map strategy names to {holding}", field=what)
+    unknown = [printable(str(name), 40) for name in value if name not in legs]
+    if unknown:
+        raise InvalidRequest(f"params.{what} names {', '.join(unknown)}, not a strategy this plan "
+                             f"may run; it may run: {', '.join(legs)}", field=what)
+    return value
+
+
+def single_request(request: SearchRequest) -> SearchRequest:
+    """The request a single-strategy plan runs (history: its strategy, as of the time)."""
+    if request.type != HISTORY:
+        return request
+    strategy = params.STRATEGY.value(request.params)
+    return request.model_copy(update={
+        "type": strategy, "params": {n: v for n, v in request.params.items() if n != "strategy"}})
 
 
 def for_request(request: SearchRequest, *, graph: bool = False) -> Plan:
     """The plan of a (validated) request; ``graph``: the pipeline has edges."""
     if request.type not in FUSED:
-        return Plan([Leg(strategies.get(request.type).name)], fused=False)
+        return Plan([Leg(strategies.get(single_request(request).type).name)], fused=False)
     if request.type == "auto":
-        return plan(request.query, graph=graph)
+        chosen = plan(request.query, graph=graph and request.as_of is None)
+        if graph and request.as_of is not None and looks_like_name(request.query):
+            chosen.reasons.append("as_of: no graph leg (the graph is not versioned)")
+        return chosen
     names = request.params.get("strategies")
     reasons = ["strategies as requested"]
     if names is None:
@@ -197,7 +249,7 @@ def for_request(request: SearchRequest, *, graph: bool = False) -> Plan:
 
 def weights(request: SearchRequest, chosen: Plan) -> dict[str, float]:
     found = {leg.strategy: leg.weight for leg in chosen.legs}
-    found.update(request.params.get("weights", {}))
+    found.update(request.params.get("weights") or {})
     return found
 
 
@@ -219,7 +271,7 @@ def depth(request: SearchRequest, strategy: str) -> int:
 
 def leg_request(request: SearchRequest, leg: Leg, k: int | None = None) -> SearchRequest:
     """The request a fused plan's leg runs: its own query and params, k candidates."""
-    extra = request.params.get("leg_params", {}).get(leg.strategy, {})
+    extra = (request.params.get("leg_params") or {}).get(leg.strategy, {})
     return request.model_copy(update={
         "type": leg.strategy, "query": leg.query or request.query,
         "params": {**extra, "k": k if k is not None else depth(request, leg.strategy)},

@@ -303,10 +303,14 @@ class Scope:
         if self.as_of is None:
             parts.insert(1, sql.SQL("{}.current").format(f))
         else:
+            # The versions valid at as_of: one per document, or none (ingest/clock.py).
             params["scope_as_of"] = self.as_of
             parts.insert(1, sql.SQL(
-                "{}.version_id IN (SELECT id FROM pgbraid.versions WHERE valid_from <= %(scope_as_of)s"
-                " AND (valid_to IS NULL OR valid_to > %(scope_as_of)s))").format(f))
+                "{}.version_id IN (SELECT v.id FROM pgbraid.versions v"
+                " JOIN pgbraid.documents d ON d.id = v.document_id"
+                " WHERE d.pipeline_id = %(scope_pipeline)s::bigint"
+                " AND v.valid_from <= %(scope_as_of)s"
+                " AND (v.valid_to IS NULL OR v.valid_to > %(scope_as_of)s))").format(f))
         if self.filters:
             compiler = FilterCompiler(sql.SQL("{}.metadata").format(f))
             parts.append(compiler.compile(self.filters))

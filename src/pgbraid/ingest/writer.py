@@ -3,8 +3,10 @@
 A document's new version, its fragments (with their vectors and postings) and
 the expiry of the previous version happen in one savepoint inside a batch
 transaction: a reader sees the old version or the new one, never a mix, and a
-failing document rolls back alone. Unchanged content (same hash) writes
-nothing, and a fragment whose embedded text is unchanged reuses its vector.
+failing document rolls back alone. Both versions carry the transaction's one
+version time (ingest/clock.py: per pipeline, in commit order), so the new
+version's valid_from is the old one's valid_to. Unchanged content (same hash)
+writes nothing, and a fragment whose embedded text is unchanged reuses its vector.
 Every transaction that touches the BM25 index takes the pipeline's lock first
 (bm25_index.lock), so concurrent writers of one pipeline write one batch at a
 time and leave what one sequential writer would; embedding stays outside it.
@@ -29,7 +31,7 @@ from ..embedders import Embedder
 from ..errors import NotFound, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
-from . import bm25_index
+from . import bm25_index, clock
 from .bm25_index import Pending
 from .prepare import Prepared, prepare
 from .readers import ReadError, SourceDocument
@@ -145,11 +147,12 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     number = last + 1  # a removed document's numbers go on
     version_id = conn.execute(
         "INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,"
-        " classifications, language, source) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " RETURNING id",
+        " classifications, language, source, valid_from)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
         (document_id, number, doc.title, doc.text, prepared.digest,
          psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications),
-         prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source)).fetchone()[0]
+         prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source,
+         clock.stamp(conn, pipeline.id))).fetchone()[0]
     fragment_ids = _insert_fragments(conn, pipeline, prepared, (document_id, version_id, partition),
                                      pending)
     if prepared.vectors is not None:
@@ -206,7 +209,8 @@ def delete_document(conn: psycopg.Connection, pipeline: Pipeline, external_id: s
 
 
 def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> None:
-    conn.execute("UPDATE pgbraid.versions SET valid_to = now() WHERE id = %s", (version_id,))
+    conn.execute("UPDATE pgbraid.versions SET valid_to = %s WHERE id = %s",
+                 (clock.stamp(conn, pipeline.id), version_id))
     conn.execute("UPDATE pgbraid.fragments SET current = false WHERE version_id = %s", (version_id,))
     if pipeline.embedder:
         conn.execute("UPDATE pgbraid.embeddings SET current = false WHERE fragment_id IN"

@@ -1,8 +1,11 @@
 """The Strategy interface every retriever implements.
 
-A strategy is small: SQL at the top of its module, ``unavailable()`` (a pure
-check that sends nothing to PostgreSQL), ``validate()`` for its params, and
-``run()`` which takes the request and the scope and returns ranked rows.
+A strategy is small: SQL at the top of its module, ``params`` (every param it
+takes, declared once: strategies/params.py), ``unavailable()`` (a pure check
+that sends nothing to PostgreSQL), ``validate()`` for what the declarations
+cannot say (one param against another, opt-in gates), and ``run()`` which
+takes the request and the scope and returns ranked rows. ``versioned``: it can
+search the versions valid at ``as_of`` (the scope says which).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import psycopg
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import FilterLimits, Scope
+from .params import PAGING, Param, declared
 
 # Every strategy returns rows of these columns, best first.
 HIT_COLUMNS = """
@@ -71,6 +75,16 @@ class Strategy(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     touches_database: ClassVar[bool] = True
+    versioned: ClassVar[bool] = True
+    params: ClassVar[tuple[Param, ...]] = PAGING
+
+    @property
+    def declared(self) -> dict[str, Param]:
+        return declared(*self.params)
+
+    def param(self, request: SearchRequest, name: str) -> Any:
+        """A declared param's checked value, or its documented default."""
+        return self.declared[name].value(request.params)
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         """Raise InvalidRequest for bad params, NotEnabled for a gate that is off. Sends nothing."""

@@ -25,6 +25,9 @@ Query path:
    gives the same top k);
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
+
+As of a time, the postings (current fragments only) cannot answer:
+bm25_history.py ranks the forward index of the fragments valid then.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ..pipelines import Pipeline
 from ..scope import Scope
 from . import bm25_postings, query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .params import HIGHLIGHT, PAGING, Param
 from .bm25_postings import Postings
 from .bm25_topk import Ranking, Term
 
@@ -172,21 +176,28 @@ def _number(request: SearchRequest, name: str, default: float, low: float, high:
 class BM25(Strategy):
     name = "bm25"
     description = "Okapi BM25 over pgbraid's postings (OR semantics, exact top-k)"
+    params = (*PAGING, HIGHLIGHT,
+              Param("k1", "number", DEFAULT_K1, "term-frequency saturation", low=0.0, high=10.0),
+              Param("b", "number", DEFAULT_B, "length normalisation", low=0.0, high=1.0),
+              Param("engine", "choice", "auto", "pgbraid's postings, or ParadeDB pg_search when "
+                    "opted in and installed (auto: pg_search then)", choices=ENGINES),
+              Param("pruning", "choice", "none", "score every posting, or MaxScore (the same "
+                    "top k)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
-        _number(request, "k1", DEFAULT_K1, 0.0, 10.0)
-        _number(request, "b", DEFAULT_B, 0.0, 1.0)
-        engine = request.params.get("engine", "auto")
-        if engine not in ENGINES:
-            raise InvalidRequest(f"params.engine must be one of {', '.join(ENGINES)}", field="engine")
-        if request.params.get("pruning", "none") not in PRUNING:
-            raise InvalidRequest(f"params.pruning must be one of {', '.join(PRUNING)}",
-                                 field="pruning")
+        engine = self.param(request, "engine")
+        if engine == "pg_search" and request.as_of is not None:
+            raise InvalidRequest("pg_search indexes current fragments only: as_of needs "
+                                 "engine pgbraid or auto", field="engine")
         if engine == "pg_search" and not context.pgsearch:
             raise NotEnabled("pg_search is not opted in: set PGBRAID_PGSEARCH=1", strategy=self.name)
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
+        if scope.as_of is not None:
+            from .bm25_history import run_as_of  # it builds on this module
+
+            return run_as_of(conn, pipeline, request, scope, k, context)
         engine = request.params.get("engine", "auto")
         installed = "pg_search" in context.extensions
         if engine == "pg_search" and not installed:

@@ -19,11 +19,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from ..models import SearchRequest, number
+from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
-from . import query_language
+from . import history, query_language
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .params import HIGHLIGHT, PAGING, Param
 
 # Ties in ingest order (fragment ids are random).
 _SEARCH = """
@@ -39,6 +40,7 @@ LIMIT %(k)s
 
 # The tsquery, and the text-search configurations of the partitions in scope.
 _QUERY_TEXT = sql.SQL("SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text, {configs}")
+_TSQUERY = "SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s)::text"
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 MAX_EXPLAINED_TOKENS = 64
@@ -56,31 +58,20 @@ def _quoted(token: str) -> str:
 class FullText(Strategy):
     name = "fulltext"
     description = "PostgreSQL full-text search: stemmed words, all must match, ts_rank_cd"
+    params = (*PAGING, HIGHLIGHT, Param(
+        "threshold", "number", 0.0, "the minimum score (ts_rank_cd / (1 + ln length)); "
+        "null: 0", low=0.0, nullable=True))
 
     def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
         if not pipeline.fulltext:
             return f"pipeline {pipeline.name!r} was created without full-text search"
         return None
 
-    def validate(self, request: SearchRequest, context: Context) -> None:
-        number(request.params, "threshold", 0.0, 0.0, nullable=True,
-               label="params.threshold (minimum rank)")
-
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        held = scope.classifications
-        config = query_language.choose(context.languages, pipeline, held, request.query)
-        params: dict[str, Any] = {"config": config, "query": request.query, "k": k,
-                                  "threshold": request.params.get("threshold") or 0.0}
-        partitions, partition_params = scope.partitions("p")
-        statement = _QUERY_TEXT.format(
-            configs=sql.SQL(query_language.CONFIGS).format(partitions=partitions))
-        tsquery, configs = conn.execute(statement, {**params, **partition_params}).fetchone()
-        again = query_language.recheck(context.languages, pipeline, held, request.query, config,
-                                       configs)
-        if again:
-            config = params["config"] = again
-            tsquery = conn.execute(statement, {**params, **partition_params}).fetchone()[0]
+        params: dict[str, Any] = {"query": request.query, "k": k,
+                                  "threshold": self.param(request, "threshold")}
+        config, tsquery = _tsquery(conn, pipeline, request.query, scope, context, params)
         tokens = tokens_of(tsquery)
         details: dict[str, Any] = {"raw_query": request.query, "config": config,
                                    "tsquery": tsquery, "tokens": tokens}
@@ -96,6 +87,27 @@ class FullText(Strategy):
         if not rows and k > 0:
             details.update(explain_zero_rows(conn, tokens, scope))
         return Outcome(rows, details)
+
+
+def _tsquery(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Scope,
+             context: Context, params: dict[str, Any]) -> tuple[str, str]:
+    """The configuration and the tsquery the query becomes: in the configuration(s) of
+    the partitions in scope, or as of a time, of the fragments valid then
+    (strategies/history.py)."""
+    if scope.as_of is not None:
+        params["config"] = history.configuration_at(conn, pipeline, scope, query)
+        return params["config"], conn.execute(_TSQUERY, params).fetchone()[0]
+    held = scope.classifications
+    config = params["config"] = query_language.choose(context.languages, pipeline, held, query)
+    partitions, partition_params = scope.partitions("p")
+    statement = _QUERY_TEXT.format(
+        configs=sql.SQL(query_language.CONFIGS).format(partitions=partitions))
+    tsquery, configs = conn.execute(statement, {**params, **partition_params}).fetchone()
+    again = query_language.recheck(context.languages, pipeline, held, query, config, configs)
+    if again:
+        config = params["config"] = again
+        tsquery = conn.execute(statement, {**params, **partition_params}).fetchone()[0]
+    return config, tsquery
 
 
 _PATTERNS = """

@@ -19,10 +19,11 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from ..errors import InvalidRequest
-from ..models import SearchRequest, number
+from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .params import PAGING, Param
 
 DEFAULT_THRESHOLD = 0.5
 MAX_QUERY_CHARS = 500
@@ -44,17 +45,14 @@ ORDER BY c.score DESC, c.whole DESC, f.id
 """
 
 
-def threshold_of(request: SearchRequest) -> float:
-    return number(request.params, "threshold", DEFAULT_THRESHOLD, 0.0, 1.0, nullable=True,
-                  label="params.threshold (minimum similarity)")
-
-
 class Fuzzy(Strategy):
     name = "fuzzy"
     description = "pg_trgm trigram similarity over fragment text and titles"
+    params = (*PAGING, Param("threshold", "number", DEFAULT_THRESHOLD, "the minimum score "
+                             "(trigram similarity, 0..1); null: the default", low=0.0, high=1.0,
+                             nullable=True))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
-        threshold_of(request)
         if len(request.query) > MAX_QUERY_CHARS:
             raise InvalidRequest(f"fuzzy matches strings of at most {MAX_QUERY_CHARS} characters; "
                                  "use fulltext or bm25 for longer text", field="query")
@@ -66,7 +64,7 @@ class Fuzzy(Strategy):
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        threshold = threshold_of(request)
+        threshold = self.param(request, "threshold")
         conn.execute("SELECT set_config('pg_trgm.similarity_threshold', %(t)s, true),"
                      " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
                      {"t": str(threshold)})

@@ -33,10 +33,11 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ...errors import InvalidRequest, NotEnabled, NotFound
-from ...models import SearchRequest, check_text, number, shown
+from ...models import SearchRequest, check_text, shown
 from ...pipelines import Pipeline
 from ...scope import Scope
 from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ..params import PAGING, Param
 
 MEASURES = ("jaccard", "cosine", "adamic-adar")
 DIRECTIONS = ("out", "in", "both")
@@ -142,13 +143,6 @@ ORDER BY d.external_id, f.ordinal
 """
 
 
-def _param(request: SearchRequest, name: str, default: Any, allowed: tuple | None = None) -> Any:
-    value = request.params.get(name, default)
-    if allowed is not None and value not in allowed:
-        raise InvalidRequest(f"params.{name} must be one of {', '.join(map(str, allowed))}", field=name)
-    return value
-
-
 def _types(request: SearchRequest) -> list[str] | None:
     value = request.params.get("edge_types", request.params.get("edge_type"))
     if value is None:
@@ -174,19 +168,51 @@ def _check_names(request: SearchRequest) -> None:
             check_text(value, f"params.{key}", key)
 
 
+_EDGES = "every edge type of the pipeline"
+PARAMS = (
+    *PAGING,
+    Param("mode", "choice", "similar", "similar: entities sharing neighbours with the seed; "
+          "neighbours: entities within hops", choices=MODES),
+    Param("measure", "choice", "jaccard", "how shared neighbours score (mode similar)",
+          choices=MEASURES),
+    Param("direction", "choice", None, "which way edges are followed", choices=DIRECTIONS,
+          rule="out (similar), both (neighbours)"),
+    Param("seed", "key", None, "the seed entity's key (a string or an integer)",
+          rule="resolved from the query by label"),
+    Param("seed_type", "string", None, "the seed's vertex type, when keys repeat across types"),
+    Param("edge_type", "strings", None, "the edge types followed: a name or a list", rule=_EDGES),
+    Param("edge_types", "strings", None, "the same as edge_type", rule=_EDGES),
+    Param("neighbour_type", "string", None, "only neighbours of this vertex type count "
+          "(mode similar)"),
+    Param("candidate_type", "string", None, "the vertex type of the entities found (mode "
+          "similar)", rule="the seed's type"),
+    Param("hops", "integer", 2, "how far the walk goes (mode neighbours)", low=1, high=3),
+    Param("max_fanout", "integer", None, "edges followed out of each vertex, heaviest first",
+          low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
+    Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
+          choices=("pgbraid", "age")),
+)
+_DECLARED = {p.name: p for p in PARAMS}
+NOT_VERSIONED = "the graph is not versioned: as_of cannot apply to graph searches"
+
+
+def _mode(request: SearchRequest) -> tuple[str, str]:
+    """The mode and the direction (its default depends on the mode)."""
+    mode = _DECLARED["mode"].value(request.params)
+    return mode, _DECLARED["direction"].value(request.params) or (
+        "out" if mode == "similar" else "both")
+
+
 class Graph(Strategy):
     name = "graph"
     description = "shared-neighbour similarity and k-hop walks over the pipeline's edges"
+    versioned = False
+    params = PARAMS
 
     def validate(self, request: SearchRequest, context: Context) -> None:
-        mode = _param(request, "mode", "similar", MODES)
-        _param(request, "measure", "jaccard", MEASURES)
-        _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
+        if request.as_of is not None:
+            raise InvalidRequest(NOT_VERSIONED, field="as_of")
         _check_names(request)
-        number(request.params, "hops", 2, 1, 3, integer=True)
-        number(request.params, "max_fanout", 100, 1, 100_000, integer=True)
-        if request.params.get("engine", "pgbraid") not in ("pgbraid", "age"):
-            raise InvalidRequest("params.engine must be pgbraid or age", field="engine")
         if request.params.get("engine") == "age" and not context.age:
             raise NotEnabled("Apache AGE is not opted in: set PGBRAID_AGE=1", strategy=self.name)
 
@@ -207,8 +233,7 @@ class Graph(Strategy):
                 raise InvalidRequest(f"unknown vertex type {shown(value)}; this pipeline has "
                                      f"{known['vertices']}", field=key)
         seed, how = _seed(conn, pipeline.id, request)
-        mode = _param(request, "mode", "similar", MODES)
-        direction = _param(request, "direction", "out" if mode == "similar" else "both", DIRECTIONS)
+        mode, direction = _mode(request)
         details: dict[str, Any] = {"mode": mode, "seed": {k: seed[k] for k in ("type", "key", "label")},
                                    "seed_resolved_by": how, "edge_types": types, "direction": direction}
         if mode == "similar":
@@ -266,7 +291,7 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
 
 
 def _similar(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
-    measure = _param(request, "measure", "jaccard", MEASURES)
+    measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
     params = {"p": pipeline_id, "types": types, "seed": seed["id"], "cap": cap,
               "nt": request.params.get("neighbour_type"),

@@ -13,6 +13,10 @@ max sim(c, selected), with similarities derived for each strategy on one
 scale (cosine: 1 - distance; dot-product: the inner product; euclidean: the
 negative distance), so euclidean ranks as intended. Results come in selection
 order with both the distance (``score``) and the MMR value (``mmr_score``).
+
+As of a time (``scope.as_of``), the HNSW indexes, partial on current rows,
+cannot serve: the same statement without ``e.current`` is an exact distance
+scan of the fragments valid then (strategies/history.py).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ...errors import BackendUnavailable, InvalidRequest
-from ...models import SearchRequest, number, shown
+from ...models import SearchRequest, shown
 from ...pipelines import Pipeline
 from ...scope import Scope
 from .store import Distance, check_vector, distance
 from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ..params import PAGING, Param
 
 _NEAREST = """
 SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}
@@ -38,19 +43,27 @@ FROM pgbraid.embeddings e
      JOIN pgbraid.fragments f ON f.id = e.fragment_id
      JOIN pgbraid.versions v ON v.id = f.version_id
      JOIN pgbraid.documents d ON d.id = f.document_id
-WHERE e.pipeline_id = {pipeline} AND e.current AND {scope}
+WHERE e.pipeline_id = {pipeline} {current} AND {scope}
 ORDER BY e.embedding::vector({dim}) {op} %(query)s::vector({dim})
 LIMIT %(k)s
 """
 
 
+VECTOR_PARAMS = (
+    *PAGING,
+    Param("threshold", "number", None, "the maximum distance; null: no limit", nullable=True),
+    Param("vector", "vector", None, "search with this vector instead of embedding the query: "
+          "finite numbers, the pipeline's dimension, not all zeros under cosine"),
+    Param("embedder", "string", None, "the embedder the caller expects; another than the "
+          "pipeline's is an error", rule="the pipeline's"),
+)
+
+
 class _Vector(Strategy):
+    params = VECTOR_PARAMS
+
     def validate(self, request: SearchRequest, context: Context) -> None:
         distance(request.distance_strategy)
-        number(request.params, "threshold", None, nullable=True)
-        embedder = request.params.get("embedder")
-        if embedder is not None and not isinstance(embedder, str):
-            raise InvalidRequest("params.embedder must be a name", field="embedder")
         if "vector" in request.params:  # its dimension is checked against the pipeline's later
             check_vector(request.params["vector"], None, "params.vector",
                          nonzero=request.distance_strategy == "cosine")
@@ -65,7 +78,7 @@ class _Vector(Strategy):
     def query_vector(self, pipeline: Pipeline, request: SearchRequest,
                      context: Context) -> tuple[np.ndarray, float]:
         """The query's vector (supplied in params.vector, or embedded) and the ms it took."""
-        asked = request.params.get("embedder")
+        asked = self.param(request, "embedder")
         if asked is not None and asked != pipeline.embedder:
             raise InvalidRequest(f"pipeline {pipeline.name!r} was embedded with "
                                  f"{pipeline.embedder!r}, not {shown(asked)}: its vectors are not "
@@ -94,7 +107,8 @@ class _Vector(Strategy):
         statement = sql.SQL(_NEAREST).format(
             columns=sql.SQL(HIT_COLUMNS), dim=dim, op=sql.SQL(strategy.operator),
             extra=sql.SQL(", e.embedding AS vector") if with_vectors else sql.SQL(""),
-            pipeline=sql.Literal(pipeline.id), scope=where)
+            pipeline=sql.Literal(pipeline.id), scope=where,
+            current=sql.SQL("AND e.current") if scope.as_of is None else sql.SQL(""))
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(statement, {**params, "query": vector, "k": k}).fetchall()
 
@@ -106,7 +120,7 @@ class Similarity(_Vector):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         strategy = distance(request.distance_strategy)
-        threshold = number(request.params, "threshold", None, nullable=True)
+        threshold = self.param(request, "threshold")
         vector, embed_ms = self.query_vector(pipeline, request, context)
         rows = [Row(**r) for r in self.nearest(conn, pipeline, scope, vector, strategy, k)]
         if threshold is not None:
@@ -120,24 +134,30 @@ class Similarity(_Vector):
 class MMR(_Vector):
     name = "mmr"
     description = "maximal marginal relevance over the fetch_k nearest fragments"
+    params = (*VECTOR_PARAMS,
+              Param("fetch_k", "integer", None, "candidates fetched before selection, at least "
+                    "offset + k; pages are slices of one selection when it is given",
+                    low=0, high=10_000, nullable=True, rule="max(10, 2 * (offset + k))"),
+              Param("lambda_mult", "number", 0.5, "relevance against diversity: 1 is "
+                    "similarity order, 0 the most diverse", low=0.0, high=1.0, nullable=True))
+
+    def fetch_k(self, request: SearchRequest) -> int:
+        asked = self.param(request, "fetch_k")
+        return max(10, 2 * (request.offset + request.k)) if asked is None else asked
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         super().validate(request, context)
-        k = request.k
-        fetch_k = number(request.params, "fetch_k", max(10, 2 * k), 0, 10_000, integer=True,
-                         nullable=True)
-        if fetch_k < k:
-            raise InvalidRequest(f"params.fetch_k ({fetch_k}) must be at least k ({k})",
-                                 field="fetch_k")
-        number(request.params, "lambda_mult", 0.5, 0.0, 1.0, nullable=True)
+        fetch_k, wanted = self.fetch_k(request), request.offset + request.k
+        if fetch_k < wanted:
+            raise InvalidRequest(f"params.fetch_k ({fetch_k}) must be at least offset + k "
+                                 f"({wanted})", field="fetch_k")
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         strategy = distance(request.distance_strategy)
-        fetch_k = max(number(request.params, "fetch_k", max(10, 2 * request.k), 0, 10_000,
-                             integer=True, nullable=True), k)
-        lambda_mult = number(request.params, "lambda_mult", 0.5, 0.0, 1.0, nullable=True)
-        threshold = number(request.params, "threshold", None, nullable=True)
+        fetch_k = max(self.fetch_k(request), k)
+        lambda_mult = self.param(request, "lambda_mult")
+        threshold = self.param(request, "threshold")
         vector, embed_ms = self.query_vector(pipeline, request, context)
         candidates = self.nearest(conn, pipeline, scope, vector, strategy, fetch_k, with_vectors=True)
         if threshold is not None:
