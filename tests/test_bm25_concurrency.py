@@ -149,7 +149,10 @@ def _reader(client, pipeline: str, strategy: str, documents: int, stop: threadin
             problems: list, counts: Counter) -> None:
     while not stop.is_set():
         try:
-            hits = client.search(pipeline, "alpha", type=strategy, params={"k": 2 * documents}).hits
+            params = {"k": 2 * documents}
+            if strategy == "hybrid":  # two legs fused: one snapshot for both
+                params.update(strategies=["bm25", "fulltext"], depth=2 * documents)
+            hits = client.search(pipeline, "alpha", type=strategy, params=params).hits
         except Exception as exc:  # reported by the test, not lost in the thread
             problems.append(f"{strategy}: {exc!r}")
             return
@@ -163,8 +166,8 @@ def _reader(client, pipeline: str, strategy: str, documents: int, stop: threadin
 
 def test_readers_see_each_document_once_while_a_writer_reingests(client, data_dir, tmp_path):
     """A writer process re-ingests every document (new text each round, 'alpha' in
-    every version) while bm25 and fulltext readers search: each search sees every
-    document, at one version."""
+    every version) while bm25, fulltext and hybrid readers search: each search sees
+    every document, at one version."""
     name = f"rw-{uuid.uuid4().hex[:8]}"
     documents = 120
     client.create_pipeline(name, embedder="none")
@@ -174,7 +177,8 @@ def test_readers_see_each_document_once_while_a_writer_reingests(client, data_di
     stop, problems, counts = threading.Event(), [], Counter()
     readers = [threading.Thread(target=_reader, args=(c, name, s, documents, stop, problems, counts))
                for c, s in ((client, "bm25"), (client, "fulltext"),
-                            (pgbraid.connect(data_dir=data_dir, postings_cache_mb=0), "bm25"))]
+                            (pgbraid.connect(data_dir=data_dir, postings_cache_mb=0), "bm25"),
+                            (pgbraid.connect(data_dir=data_dir), "hybrid"))]
     for thread in readers:
         thread.start()
     try:
@@ -184,6 +188,6 @@ def test_readers_see_each_document_once_while_a_writer_reingests(client, data_di
         for thread in readers:
             thread.join()
     assert not problems, problems[:10]
-    assert counts["bm25"] > 50 and counts["fulltext"] > 20, counts
+    assert counts["bm25"] > 50 and counts["fulltext"] > 20 and counts["hybrid"] > 10, counts
     hits = client.search(name, "revision12", type="bm25", params={"k": 2 * documents}).hits
     assert len(hits) == documents and {h.version for h in hits} == {13}
