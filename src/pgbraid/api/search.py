@@ -15,8 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..client import Client
-from ..errors import NotEnabled
-from ..models import SearchRequest, SearchResponse
+from ..models import SearchResponse
 from .auth import caller
 from .errors import documented
 from .middleware import note
@@ -30,12 +29,8 @@ RETRIEVE_RESPONSE = {200: {"description": "One Hit a line, then one line with th
 
 
 def engine_body(body: SearchBody) -> dict[str, Any]:
-    """The request as the engine takes it; ``as_of`` only once the engine has it."""
-    data = body.model_dump(exclude_unset=True)
-    if "as_of" in data and "as_of" not in SearchRequest.model_fields:
-        raise NotEnabled("point-in-time search (as_of) is not available in this version; "
-                         "documents can be read as of a time", field="as_of")
-    return data
+    """The request as the engine takes it (as_of included: point-in-time search)."""
+    return body.model_dump(exclude_unset=True)
 
 
 def run(request: Request, client: Client, pipeline: str, body: SearchBody) -> SearchResponse:
