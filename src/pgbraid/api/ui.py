@@ -15,7 +15,7 @@ they need no key.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from fastapi import APIRouter
@@ -38,7 +38,7 @@ FILES = {"index.html": "text/html; charset=utf-8",
          "favicon.svg": "image/svg+xml"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(name: str) -> bytes:
     return (resources.files("pgbraid.api") / "static" / name).read_bytes()
 
