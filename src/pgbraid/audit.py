@@ -131,10 +131,13 @@ def record_quietly(db: Database, principal: Principal | str, action: str,
         logger.exception("could not record %s in the audit log", action)
 
 
-def denied(db: Database, principal: Principal, exc: Exception, operation: str) -> None:
-    """A refusal (Forbidden) of a known principal, committed on its own; never raises."""
+def denied(db: Database, principal: Principal, exc: Exception, operation: str,
+           pipeline: str | None = None) -> None:
+    """A refusal (Forbidden) of a known principal, committed on its own; never raises.
+    The target is the pipeline the operation named, or the one the refusal names."""
     details = getattr(exc, "details", {}) or {}
-    target = details.get("pipeline") if isinstance(details.get("pipeline"), str) else None
+    named = details.get("pipeline")
+    target = pipeline or (named if isinstance(named, str) else None)
     detail = {"operation": operation, "message": getattr(exc, "message", str(exc))}
     for key in ("missing", "classification", "action"):
         if key in details:
@@ -235,6 +238,8 @@ def audits_denials(cls: type) -> type:
 
 
 def _recording_denials(method: Callable) -> Callable:
+    signature = inspect.signature(method)
+
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -242,6 +247,11 @@ def _recording_denials(method: Callable) -> Callable:
         except Forbidden as exc:
             if not getattr(exc, "audited", False):
                 exc.audited = True  # type: ignore[attr-defined]
-                denied(self._db, self.principal, exc, method.__name__)
+                try:
+                    named = signature.bind(self, *args, **kwargs).arguments.get("pipeline")
+                except TypeError:
+                    named = None
+                denied(self._db, self.principal, exc, method.__name__,
+                       named if isinstance(named, str) else None)
             raise
     return wrapper
