@@ -29,7 +29,7 @@ or when the process reads the log or closes; so there is about one row per key,
 minute and worker process (a flush by a read may split a minute in two), and a
 process killed with -9 loses its last minute's counts.
 Refused requests that name no known key are counted the same way under the
-empty tenant (``pgbraid audit --unauthenticated``), so a flood of bad keys is
+tenant ``(no tenant)`` (``pgbraid audit --unauthenticated``), so a flood of bad keys is
 not a flood of rows. Every write and every refusal of a known principal is a
 row of its own.
 
@@ -80,8 +80,10 @@ ACTIONS: dict[str, str] = {
 }
 COUNTED = {"key.use": "operations", "key.refused": "reasons"}
 """The actions ``Usage`` counts, and the detail key that holds the counts by kind."""
-ANONYMOUS_TENANT = ""
-"""Where refusals that name no known key are counted: no tenant reads it over HTTP."""
+ANONYMOUS_TENANT = "(no tenant)"
+"""Where refusals that name no known key are counted: no tenant can have this name (see
+models.validate_name), and it is not the empty string a session leaves behind, so
+neither a tenant nor a connection without one reads these rows."""
 MAX_LIMIT = 10_000
 
 Where = Union[psycopg.Connection, Database]
