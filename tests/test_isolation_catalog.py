@@ -42,7 +42,8 @@ def _stock(client: pgbraid.Client) -> None:
     client.ingest(name, [{"id": f"d{i}", "text": f"owner bypass probe {i}",
                           "classification": ["secret"] if i else ["public"]} for i in range(3)])
     client.delete_document(name, "d2")
-    client.load_graph_records(name, [("org", "acme", "Acme", ["d0"]), ("org", "globex", "Globex", [])],
+    client.load_graph_records(name, [("org", "acme", "Acme", ["d0"]),
+                                     ("org", "globex", "Globex", [])],
                               [("org", "acme", "supplies", "org", "globex")])
     client.create_key(pipeline=name, permissions="read")
     audit.record(client._db, client.principal, "pipeline.create", name)
