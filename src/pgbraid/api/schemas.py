@@ -272,6 +272,18 @@ class KeyRevoked(Out):
     revoked: str
 
 
+class AuditEvent(Out):
+    """One row of the audit log (audit.py): ``count`` > 1 for requests counted per minute."""
+
+    id: int
+    at: str
+    principal: str
+    action: str
+    target: str | None
+    detail: dict[str, Any]
+    count: int
+
+
 class Status(Out):
     status: str
 
