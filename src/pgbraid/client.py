@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import apikeys, embedders, grounding, pipelines, sources
+from . import apikeys, embedders, encryption, grounding, pipelines, rotation, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -38,10 +39,12 @@ class Client:
     """
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
-                 principal: Principal | None = None) -> None:
+                 principal: Principal | None = None,
+                 keys: encryption.Keyring | None = None) -> None:
         self._db = db
         self.settings = settings
         self.server = server
+        self.keys = keys or encryption.Keyring.from_settings(settings, embedded=server is not None)
         self.principal = principal or Principal.local(validate_name("tenant", settings.tenant))
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
@@ -51,7 +54,7 @@ class Client:
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal)
+        other = Client(self._db, self.settings, self.server, principal, self.keys)
         other._engine, other._borrowed = self.engine, True
         return other
 
@@ -85,7 +88,7 @@ class Client:
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k)
+                      max_k=s.max_k, keys=self.keys)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -98,9 +101,17 @@ class Client:
 
     # -- pipelines ------------------------------------------------------------
 
-    def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
-        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
+                        encrypt_metadata: Iterable[str] | None = None,
+                        **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none.
+        ``encrypt``: text, titles and the ``encrypt_metadata`` fields stored AES-256-GCM sealed
+        (encryption.py)."""
         self.principal.require_tenant_admin("creating a pipeline")
+        if encrypt_metadata and not encrypt:
+            raise InvalidRequest("encrypt_metadata needs encrypt", field="encrypt_metadata")
+        if encrypt:
+            options["encryption"] = encryption.settings_for(self.keys, list(encrypt_metadata or ()))
         chosen = embedders.validate_name(embedder)
         dimension = None
         if chosen:
@@ -167,7 +178,7 @@ class Client:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            target = pipelines.get(conn, pipeline)
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keys=self.keys)
         embedder = self.embedder(target.embedder) if target.embedder else None
         report = ingest(self._session, target, items(source, fields), embedder=embedder,
                         on_error=on_error, progress=progress)
@@ -223,6 +234,15 @@ class Client:
         validate_name("pipeline", pipeline)
         return self.engine.fragment(self.principal, pipeline, fragment_id,
                                     classification=classification)
+
+    def rotate_encryption(self, pipeline: str, *, batch_size: int = rotation.BATCH,
+                          pause: float = 0.0,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Re-seal an encrypted pipeline under a new current key, in batches (rotation.py);
+        run again after an interruption to finish."""
+        self.principal.require(pipeline, "admin")
+        return rotation.rotate(self._db, self.tenant, pipeline, self.keys, batch_size=batch_size,
+                               pause=pause, progress=progress)
 
     # -- API keys (the tenant's admin; see apikeys.py) -----------------------------------
 

@@ -8,6 +8,11 @@ whole-text ``similarity``, so "Apple Inc." ranks above "Apple Hospitality REIT"
 for "Aple Inc". Both conditions are served by GIN ``gin_trgm_ops`` indexes,
 with the threshold (``params.threshold``, default 0.5: between pg_trgm's
 0.3 for similarity and 0.6 for word similarity) set per transaction.
+
+On an encrypted pipeline the text and title are sealed; the score is
+``word_similarity(query, words)`` over the fragment's distinct words (sorted,
+lower-cased: ``fragments.words``, its own trigram index), ties broken by their
+whole ``similarity``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
+from .. import encryption
 from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
@@ -31,11 +37,9 @@ MAX_QUERY_CHARS = 500
 # Score candidates on fragments alone, then join the k best for their columns.
 _SEARCH = """
 SELECT {columns}, c.score
-FROM (SELECT f.id,
-             greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s)) AS score,
-             similarity(f.body, %(query)s) AS whole
+FROM (SELECT f.id, {score} AS score, {whole} AS whole
       FROM pgbraid.fragments f
-      WHERE {scope} AND (f.body %%> %(query)s OR f.title %% %(query)s)
+      WHERE {scope} AND {match}
       ORDER BY score DESC, whole DESC, f.id
       LIMIT %(k)s) AS c
      JOIN pgbraid.fragments f ON f.id = c.id
@@ -43,6 +47,14 @@ FROM (SELECT f.id,
      JOIN pgbraid.documents d ON d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
+# (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
+_TEXT = ("greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s))",
+         "similarity(f.body, %(query)s)",
+         "f.key_id IS NULL AND (f.body %%> %(query)s OR f.title %% %(query)s)")
+# An encrypted pipeline's text and title are sealed: its fragments' distinct words
+# (title, heading and text; encryption.distinct_words) stand in for both.
+_WORDS = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
+          "f.words IS NOT NULL AND f.words %%> %(query)s")
 
 
 class Fuzzy(Strategy):
@@ -69,7 +81,10 @@ class Fuzzy(Strategy):
                      " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
                      {"t": str(threshold)})
         where, params = scope.where("f")
-        statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+        score, whole, match = _WORDS if encryption.encrypted(pipeline) else _TEXT
+        statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
+                                            score=sql.SQL(score), whole=sql.SQL(whole),
+                                            match=sql.SQL(match))
         with conn.cursor(row_factory=class_row(Row)) as cur:
             rows = cur.execute(statement, {**params, "query": request.query, "k": k}).fetchall()
         details: dict[str, Any] = {"threshold": threshold, "rows": len(rows)}
