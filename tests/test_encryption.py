@@ -11,10 +11,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 import pgbraid
 from pgbraid import encryption, strategies
+from pgbraid.cli import app
 from pgbraid.errors import IntegrityFailure, InvalidRequest, KeyUnavailable
+
+from .serving import Served, served, tenant_client  # noqa: F401  (fixture)
 
 VERTICES = [("group", "G1", "Quokka Syndicate", ["d1"]), ("group", "G2", "Wombat Guild", ["d2"]),
             ("technique", "T1", "Marmalade Juggling", [])]
@@ -234,3 +238,42 @@ def test_encrypt_metadata_needs_encrypt(client):
     with pytest.raises(InvalidRequest, match="needs encrypt"):
         client.create_pipeline(f"x-{uuid.uuid4().hex[:6]}", embedder="none",
                                encrypt_metadata=["a"])
+
+
+def test_over_http_an_encrypted_pipeline_and_a_server_with_the_wrong_key(data_dir, served,
+                                                                         tmp_path):
+    token = _token()
+    with tenant_client(data_dir) as tenant:
+        key = tenant.create_key(pipeline="*", permissions="read,write,execute,admin", admin=True)
+    with served.client(key["key"]) as http:
+        created = http.post("/pipelines", json={"name": "vault", "embedder": "none",
+                                                "encrypt": True, "encrypt_metadata": ["supplier"]})
+        assert created.status_code == 201 and created.json()["encrypted"] is True
+        assert created.json()["encrypted_metadata"] == ["supplier"]
+        assert http.post("/pipelines/vault/documents", json=documents(token)).json()["added"] == 3
+        body = http.post("/pipelines/vault/search", json={"query": f"marmalade {token}",
+                                                          "type": "bm25"}).json()
+        assert body["hits"][0]["page_content"] == documents(token)[0]["text"]
+        refused = http.post("/pipelines", json={"name": "v2", "encrypt_metadata": ["a"],
+                                                "embedder": "none"})
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request"
+    wrong = Served(data_dir, tmp_path / "wrong.log",
+                   env={"PGBRAID_ENCRYPTION_KEY": base64.b64encode(os.urandom(32)).decode()})
+    try:
+        with wrong.client(key["key"]) as http:
+            answer = http.post("/pipelines/vault/search", json={"query": f"marmalade {token}",
+                                                                "type": "bm25"})
+            assert answer.status_code == 503 and "hits" not in answer.json()
+            assert answer.json()["error"]["code"] == "key_unavailable"
+    finally:
+        wrong.stop()
+    loose = tmp_path / "loose.keys"
+    loose.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    loose.chmod(0o640)
+    refusing = Served(data_dir, tmp_path / "loose.log", wait=None,
+                      env={"PGBRAID_ENCRYPTION_KEY_FILE": str(loose)})
+    assert refusing.process.wait(timeout=60) == 78  # EX_CONFIG, before binding a socket
+    refusing.stop()
+    said = CliRunner().invoke(app, ["serve"], env={"PGBRAID_DATA_DIR": str(data_dir),
+                                                   "PGBRAID_ENCRYPTION_KEY_FILE": str(loose)})
+    assert said.exit_code == 78 and "mode 0o640" in said.output and "chmod 600" in said.output
