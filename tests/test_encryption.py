@@ -215,7 +215,7 @@ def test_a_key_file_others_may_read_is_refused_at_start(data_dir, server, tmp_pa
         pgbraid.connect(data_dir=data_dir, encryption_key_file=path)
     path.chmod(0o600)
     with pgbraid.connect(data_dir=data_dir, encryption_key_file=path) as client:
-        assert client.keys.ids() == [encryption.key_id(base64.b64decode(path.read_text()))]
+        assert client.keyring.ids() == [encryption.key_id(base64.b64decode(path.read_text()))]
     with pytest.raises(KeyUnavailable, match="does not exist"):
         pgbraid.connect(data_dir=data_dir, encryption_key_file=tmp_path / "missing")
     with pytest.raises(KeyUnavailable, match="holds 16 bytes"):
@@ -277,3 +277,18 @@ def test_over_http_an_encrypted_pipeline_and_a_server_with_the_wrong_key(data_di
     said = CliRunner().invoke(app, ["serve"], env={"PGBRAID_DATA_DIR": str(data_dir),
                                                    "PGBRAID_ENCRYPTION_KEY_FILE": str(loose)})
     assert said.exit_code == 78 and "mode 0o640" in said.output and "chmod 600" in said.output
+
+
+def test_only_the_returned_hits_are_opened(client, sealed, superuser):
+    name, token = sealed
+    fragment, body = _stored(superuser, name, "d3")
+    superuser.execute("UPDATE pgbraid.fragments SET body = %s WHERE id = %s",
+                      (body[:-8] + "AAAAAAAA", fragment))
+    try:
+        for type_ in ("bm25", "hybrid"):  # d3 ranks (it holds marmalade), below the page
+            hits = client.search(name, f"marmalade {token}", type=type_, params={"k": 1}).hits
+            assert [h.document_id for h in hits] == ["d1"]
+            with pytest.raises(IntegrityFailure):
+                client.search(name, f"marmalade {token}", type=type_, params={"k": 3})
+    finally:
+        superuser.execute("UPDATE pgbraid.fragments SET body = %s WHERE id = %s", (body, fragment))

@@ -181,7 +181,7 @@ def test_an_environment_keyring_rotates_to_its_first_key(data_dir, server, super
             client.rotate_encryption(name)
     with pgbraid.connect(data_dir=data_dir, encryption_key=f"{second},{first}") as client:
         result = client.rotate_encryption(name)
-        assert result["remaining"] == 0 and result["key_id"] == client.keys.ids()[0]
+        assert result["remaining"] == 0 and result["key_id"] == client.keyring.ids()[0]
         assert client.document(name, "doc001")["text"] == _documents()[1]["text"]
     with pgbraid.connect(data_dir=data_dir, encryption_key=second) as client:
         assert client.document(name, "doc002")["text"] == _documents()[2]["text"]

@@ -40,11 +40,12 @@ class Client:
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
                  principal: Principal | None = None,
-                 keys: encryption.Keyring | None = None) -> None:
+                 keyring: encryption.Keyring | None = None) -> None:
         self._db = db
         self.settings = settings
         self.server = server
-        self.keys = keys or encryption.Keyring.from_settings(settings, embedded=server is not None)
+        self.keyring = keyring or encryption.Keyring.from_settings(
+            settings, embedded=server is not None)
         self.principal = principal or Principal.local(validate_name("tenant", settings.tenant))
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
@@ -54,7 +55,7 @@ class Client:
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal, self.keys)
+        other = Client(self._db, self.settings, self.server, principal, self.keyring)
         other._engine, other._borrowed = self.engine, True
         return other
 
@@ -88,7 +89,7 @@ class Client:
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k, keys=self.keys)
+                      max_k=s.max_k, keyring=self.keyring)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -104,14 +105,10 @@ class Client:
     def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
                         encrypt_metadata: Iterable[str] | None = None,
                         **options: Any) -> PipelineInfo:
-        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none.
-        ``encrypt``: text, titles and the ``encrypt_metadata`` fields stored AES-256-GCM sealed
-        (encryption.py)."""
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py)."""
         self.principal.require_tenant_admin("creating a pipeline")
-        if encrypt_metadata and not encrypt:
-            raise InvalidRequest("encrypt_metadata needs encrypt", field="encrypt_metadata")
-        if encrypt:
-            options["encryption"] = encryption.settings_for(self.keys, list(encrypt_metadata or ()))
+        options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
         dimension = None
         if chosen:
@@ -178,7 +175,7 @@ class Client:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            target = dataclasses.replace(pipelines.get(conn, pipeline), keys=self.keys)
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
         embedder = self.embedder(target.embedder) if target.embedder else None
         report = ingest(self._session, target, items(source, fields), embedder=embedder,
                         on_error=on_error, progress=progress)
@@ -241,8 +238,8 @@ class Client:
         """Re-seal an encrypted pipeline under a new current key, in batches (rotation.py);
         run again after an interruption to finish."""
         self.principal.require(pipeline, "admin")
-        return rotation.rotate(self._db, self.tenant, pipeline, self.keys, batch_size=batch_size,
-                               pause=pause, progress=progress)
+        return rotation.rotate(self._db, self.tenant, pipeline, self.keyring,
+                               batch_size=batch_size, pause=pause, progress=progress)
 
     # -- API keys (the tenant's admin; see apikeys.py) -----------------------------------
 

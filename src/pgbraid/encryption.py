@@ -237,8 +237,14 @@ def distinct_words(*texts: str | None) -> str:
 
 # -- pipelines ----------------------------------------------------------------------
 
-def settings_for(ring: Keyring, metadata: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
-    """A new encrypted pipeline's settings entry (its current key is the keyring's)."""
+def settings_for(ring: Keyring, encrypt: bool, metadata: Any = None) -> dict[str, Any] | None:
+    """A new pipeline's encryption settings (its current key is the keyring's), or None."""
+    if not encrypt:
+        if metadata:
+            raise InvalidRequest("encrypt_metadata needs encrypt", field="encrypt_metadata")
+        return None
+    if isinstance(metadata, str):
+        metadata = metadata.split(",")
     fields = list(dict.fromkeys(metadata or ()))
     for name in fields:
         if not isinstance(name, str) or not name or "." in name or len(name) > 200:
@@ -256,7 +262,7 @@ def metadata_fields(pipeline: Any) -> tuple[str, ...]:
 
 
 def ring_of(pipeline: Any) -> Keyring:
-    ring = getattr(pipeline, "keys", None)
+    ring = getattr(pipeline, "keyring", None)
     if ring is None:
         raise KeyUnavailable(f"pipeline {pipeline.name!r} is encrypted and no keyring is bound")
     return ring
@@ -324,7 +330,8 @@ def seal_fragment(sealed: Sealing, fragment_id: int, version: int, title: str | 
     """One fragment's title, section, body and metadata as stored."""
     def aad(field: str) -> bytes:
         return fragment_aad(fragment_id, version, field)
-    return {"title": sealed.text(title, aad("title")), "section": sealed.text(section, aad("section")),
+    return {"title": sealed.text(title, aad("title")),
+            "section": sealed.text(section, aad("section")),
             "body": sealed.text(body, aad("body")), "metadata": sealed.fields(metadata, aad)}
 
 
@@ -378,6 +385,8 @@ def _open(pipeline: Any, aad, where: str, values: dict[str, Any]) -> dict[str, A
     if not encrypted(pipeline):
         return values
     ring, fields = ring_of(pipeline), metadata_fields(pipeline)
-    return {name: (_open_fields(ring, fields, value, aad, where) if name == "metadata"
-                   else None if value is None else unseal(ring, value, aad(name), f"{where} {name}"))
-            for name, value in values.items()}
+    def opened(name: str, value: Any) -> Any:
+        if name == "metadata":
+            return _open_fields(ring, fields, value, aad, where)
+        return None if value is None else unseal(ring, value, aad(name), f"{where} {name}")
+    return {name: opened(name, value) for name, value in values.items()}

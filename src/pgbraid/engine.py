@@ -50,9 +50,9 @@ class Leg:
 
 class Engine:
     def __init__(self, db: Database, *, context: Context, max_query_chars: int,
-                 max_k: int, keys: encryption.Keyring | None = None) -> None:
+                 max_k: int, keyring: encryption.Keyring | None = None) -> None:
         self.db = db
-        self.keys = keys
+        self.keyring = keyring
         """Opens encrypted pipelines' values (bound to each pipeline in _resolve)."""
         self.context = context
         self.max_query_chars = max_query_chars
@@ -136,7 +136,7 @@ class Engine:
         asked = asked or principal.default_classifications
         pipeline, held, bound = pipelines.get_resolving(conn, name, asked,
                                                         principal.classifications)
-        pipeline = dataclasses.replace(pipeline, keys=self.keys)
+        pipeline = dataclasses.replace(pipeline, keyring=self.keyring)
         if bound is not None:
             beyond = sorted(set(asked) - set(bound) - {DEFAULT_CLASSIFICATION})
             if beyond:

@@ -31,7 +31,7 @@ class Pipeline:
     chunk_size: int
     settings: dict[str, Any]
     created_at: datetime
-    keys: Any = field(default=None, compare=False, repr=False)
+    keyring: Any = field(default=None, compare=False, repr=False)
     """The keyring that opens an encrypted pipeline's values (encryption.py), bound by
     the engine and the client; None where nothing is sealed or opened."""
 

@@ -59,8 +59,8 @@ WHERE d.pipeline_id = %(p)s AND v.key_id IS NOT NULL AND v.key_id <> %(key)s AND
 ORDER BY v.id LIMIT %(n)s FOR UPDATE OF v
 """
 _SWITCH = """
-UPDATE pgbraid.pipelines SET settings = jsonb_set(settings, '{encryption,key_id}', to_jsonb(%s::text))
-WHERE id = %s
+UPDATE pgbraid.pipelines
+SET settings = jsonb_set(settings, '{encryption,key_id}', to_jsonb(%s::text)) WHERE id = %s
 """
 
 
@@ -76,7 +76,7 @@ def rotate(db: Database, tenant: str, name: str, ring: encryption.Keyring, *,
         raise InvalidRequest("pause must be between 0 and 60 seconds", field="pause")
     with db.admin() as conn:  # one connection: the advisory lock lives as long as the run
         with db.within(conn, tenant):
-            pipeline = dataclasses.replace(pipelines.get(conn, name), keys=ring)
+            pipeline = dataclasses.replace(pipelines.get(conn, name), keyring=ring)
         if not encryption.encrypted(pipeline):
             raise InvalidRequest(f"pipeline {name!r} is not encrypted", field="pipeline")
         lock = str(pipeline.id)

@@ -61,8 +61,9 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
                     fulltext: bool = typer.Option(True, "--fulltext/--no-fulltext"),
                     chunk_size: int = typer.Option(1000, help="Target fragment size in characters."),
                     embedder: str = typer.Option("minilm", help="minilm | e5-multilingual | openai | none"),
-                    encrypt: bool = typer.Option(False, "--encrypt", help="Store text, titles "
-                                                 "and --encrypt-metadata fields AES-256-GCM sealed."),
+                    encrypt: bool = typer.Option(
+                        False, "--encrypt",
+                        help="Store text, titles and --encrypt-metadata fields AES-256-GCM sealed."),
                     encrypt_metadata: Optional[str] = typer.Option(
                         None, help="Top-level metadata fields to seal too, comma-separated."),
                     as_json: bool = JsonOpt) -> None:
