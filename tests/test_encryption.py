@@ -18,7 +18,7 @@ from pgbraid import encryption, strategies
 from pgbraid.cli import app
 from pgbraid.errors import IntegrityFailure, InvalidRequest, KeyUnavailable
 
-from .serving import Served, served, tenant_client  # noqa: F401  (fixture)
+from .serving import Served, served, tenant_client  # noqa: F401,F811  (fixture)
 
 VERTICES = [("group", "G1", "Quokka Syndicate", ["d1"]), ("group", "G2", "Wombat Guild", ["d2"]),
             ("technique", "T1", "Marmalade Juggling", [])]

@@ -15,7 +15,7 @@ import sys
 import uvicorn
 
 from ..client import load_settings
-from ..encryption import Keyring
+from ..keyring import Keyring
 from ..errors import InvalidRequest
 from .auth import is_loopback
 
