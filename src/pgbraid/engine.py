@@ -106,6 +106,11 @@ class Engine:
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
                 legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
+                extra = planner.follow_up(request, plan, _missing(legs))
+                if extra is not None:
+                    leg = Leg(extra, planner.leg_request(request, extra))
+                    self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
+                    legs.append(leg)
             else:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
