@@ -52,7 +52,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from .db.database import Database
-from .errors import Forbidden, InvalidRequest
+from .errors import Forbidden, IntegrityFailure, InvalidRequest
 from .models import parse_as_of, shown
 from .scope import Principal
 
@@ -229,7 +229,8 @@ def _minute(moment: datetime) -> datetime:
 
 def audits_denials(cls: type) -> type:
     """Class decorator: each public method of ``cls`` (which has ``_db`` and ``principal``)
-    records a Forbidden it raises, once, however deeply its methods call each other."""
+    records a Forbidden (access.denied) or an IntegrityFailure (encryption.refused) it
+    raises, once, however deeply its methods call each other."""
     wrapped: set[str] = set()
     for klass in cls.__mro__[:-1]:  # its bases' methods too (not object's)
         for name, member in list(vars(klass).items()):
@@ -246,14 +247,18 @@ def _recording_denials(method: Callable) -> Callable:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except Forbidden as exc:
+        except (Forbidden, IntegrityFailure) as exc:
             if not getattr(exc, "audited", False):
                 exc.audited = True  # type: ignore[attr-defined]
                 try:
                     named = signature.bind(self, *args, **kwargs).arguments.get("pipeline")
                 except TypeError:
                     named = None
-                denied(self._db, self.principal, exc, method.__name__,
-                       named if isinstance(named, str) else None)
+                named = named if isinstance(named, str) else None
+                if isinstance(exc, Forbidden):
+                    denied(self._db, self.principal, exc, method.__name__, named)
+                else:  # a tampered ciphertext: refused, and the tenant's admin should know
+                    record_quietly(self._db, self.principal, "encryption.refused", named,
+                                   {"operation": method.__name__, "message": exc.message})
             raise
     return wrapper

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import audit, embedders, grounding, pipelines, sources
+from . import audit, embedders, encryption, grounding, pipelines, rotation, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -42,10 +43,13 @@ class Client(TenantAdmin):
     """
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
-                 principal: Principal | None = None) -> None:
+                 principal: Principal | None = None,
+                 keyring: encryption.Keyring | None = None) -> None:
         self._db = db
         self.settings = settings
         self.server = server
+        self.keyring = keyring or encryption.Keyring.from_settings(
+            settings, embedded=server is not None)
         self.principal = principal or Principal.local(validate_name("tenant", settings.tenant))
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
@@ -56,7 +60,7 @@ class Client(TenantAdmin):
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal)
+        other = Client(self._db, self.settings, self.server, principal, self.keyring)
         other._engine, other._borrowed, other._usage = self.engine, True, self._usage
         return other
 
@@ -86,7 +90,7 @@ class Client(TenantAdmin):
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k)
+                      max_k=s.max_k, keyring=self.keyring)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -99,9 +103,13 @@ class Client(TenantAdmin):
 
     # -- pipelines ------------------------------------------------------------
 
-    def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
-        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
+                        encrypt_metadata: Iterable[str] | None = None,
+                        **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py)."""
         self.principal.require_tenant_admin("creating a pipeline")
+        options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
         dimension = None
         if chosen:
@@ -155,7 +163,7 @@ class Client(TenantAdmin):
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            target = pipelines.get(conn, pipeline)
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
             report = ingest(self._session, target, items(source, fields), embedder=embedder,
@@ -221,6 +229,18 @@ class Client(TenantAdmin):
         validate_name("pipeline", pipeline)
         return self.engine.fragment(self.principal, pipeline, fragment_id,
                                     classification=classification)
+
+    def rotate_encryption(self, pipeline: str, *, batch_size: int = rotation.BATCH,
+                          pause: float = 0.0,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Re-seal an encrypted pipeline under a new current key, in batches (rotation.py);
+        run again after an interruption to finish."""
+        self.principal.require(pipeline, "admin")
+        done = rotation.rotate(self._db, self.tenant, pipeline, self.keyring,
+                               batch_size=batch_size, pause=pause, progress=progress)
+        audit.record(self._db, self.principal, "encryption.rotate", pipeline,
+                     {k: done[k] for k in ("key_id", "fragments", "versions", "resumed")})
+        return done
 
     # -- graph ----------------------------------------------------------------------
 

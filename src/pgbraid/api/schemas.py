@@ -48,6 +48,10 @@ class PipelineCreate(Body):
     """A text-search language (english, german, simple, ...)."""
     fulltext: bool = True
     chunk_size: int = Field(1000, ge=200, le=20_000)
+    encrypt: bool = False
+    """Store text, titles and the ``encrypt_metadata`` fields AES-256-GCM sealed."""
+    encrypt_metadata: list[str] | None = Field(None, max_length=100)
+    """Top-level metadata fields to seal too (needs ``encrypt``)."""
 
 
 class DocumentIn(Body):

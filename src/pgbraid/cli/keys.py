@@ -91,6 +91,45 @@ def audit_log(since: Optional[str] = typer.Option(
                           f"{event['target'] or '-'}  {detail}", markup=False, soft_wrap=True)
 
 
+@keys_app.command("rotate-encryption")
+def keys_rotate_encryption(pipeline: str,
+                           batch_size: int = typer.Option(500, help="Rows re-sealed per "
+                                                          "transaction."),
+                           pause: float = typer.Option(0.0, help="Seconds to rest between "
+                                                       "batches (spares a busy server)."),
+                           quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+                           as_json: bool = JsonOpt) -> None:
+    """Re-seal an encrypted pipeline under a new current key, in batches; after an
+    interruption, run it again to finish. Searches keep working meanwhile."""
+    with handled(as_json), connect() as client:
+        if quiet:
+            body = client.rotate_encryption(pipeline, batch_size=batch_size, pause=pause)
+        else:
+            body = _rotate_with_progress(client, pipeline, batch_size, pause)
+        if as_json:
+            emit(body)
+        else:
+            console.print(f"pipeline {pipeline}: {body['fragments']} fragments and "
+                          f"{body['versions']} versions re-sealed under key {body['key_id']}"
+                          f"{' (resumed)' if body['resumed'] else ''}; {body['remaining']} "
+                          "left under another key", markup=False)
+
+
+def _rotate_with_progress(client, pipeline: str, batch_size: int, pause: float) -> dict:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("[bold]rotate[/bold] {task.description}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(pipeline, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+        return client.rotate_encryption(pipeline, batch_size=batch_size, pause=pause,
+                                        progress=update)
+
+
 # -- the HTTP server ------------------------------------------------------------
 
 @app.command()
