@@ -17,6 +17,7 @@ from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
+from .ingest import guard
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -163,7 +164,8 @@ class Client(TenantAdmin):
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring,
+                                         bound=guard.bound_for(conn, self.principal))
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
             report = ingest(self._session, target, items(source, fields), embedder=embedder,
@@ -172,6 +174,8 @@ class Client(TenantAdmin):
             audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
                                  {"error": type(exc).__name__})
             raise
+        finally:
+            guard.audit_refused(self._db, self.principal, target.bound, pipeline)
         audit.record(self._db, self.principal, "document.ingest", pipeline, {
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})
@@ -186,7 +190,9 @@ class Client(TenantAdmin):
         """Expire a document's current version; its history stays readable."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
+            target = dataclasses.replace(pipelines.get(conn, pipeline),
+                                         bound=guard.bound_for(conn, self.principal))
+            version = delete_document(conn, target, document_id)
             audit.record(conn, self.principal, "document.delete", f"{pipeline}/{document_id}",
                          {"expired_version": version})
         return {"document_id": document_id, "expired_version": version}

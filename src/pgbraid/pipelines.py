@@ -34,6 +34,9 @@ class Pipeline:
     keyring: Any = field(default=None, compare=False, repr=False)
     """The keyring that opens an encrypted pipeline's values (encryption.py), bound by
     the engine and the client; None where nothing is sealed or opened."""
+    bound: Any = field(default=None, compare=False, repr=False)
+    """The writer's classification bound (ingest/guard.WriteBound), bound by the client
+    for a write; None: the writer is unbounded."""
 
 
 def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, language: str = "english",

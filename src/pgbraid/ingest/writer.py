@@ -33,6 +33,7 @@ from ..errors import KeyUnavailable, NotFound, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
 from . import bm25_index, clock
+from .guard import held_of
 from .bm25_index import Pending
 from .prepare import Prepared, prepare
 from .readers import ReadError, SourceDocument
@@ -80,6 +81,7 @@ _KNOWN = """
 SELECT d.external_id, v.content_hash FROM pgbraid.documents d
 JOIN pgbraid.versions v ON v.document_id = d.id AND v.version = d.current_version
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = ANY(%(ids)s)
+  AND (%(held)s::text[] IS NULL OR v.classifications <@ %(held)s::text[])
 """
 _REUSABLE = """
 SELECT f.content_hash, e.embedding FROM pgbraid.fragments f
@@ -141,8 +143,10 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     previous = None
     if current is not None:
         previous = conn.execute(
-            "SELECT id, content_hash FROM pgbraid.versions WHERE document_id = %s AND version = %s",
-            (document_id, current)).fetchone()
+            "SELECT id, content_hash, classifications FROM pgbraid.versions"
+            " WHERE document_id = %s AND version = %s", (document_id, current)).fetchone()
+        if previous and pipeline.bound is not None:  # before the hash: no content oracle
+            pipeline.bound.check_current(doc.id, previous[2])
         if previous and previous[1] == prepared.digest:
             return "unchanged", 0
 
@@ -208,8 +212,11 @@ def delete_document(conn: psycopg.Connection, pipeline: Pipeline, external_id: s
     row = conn.execute(_DOCUMENT, (pipeline.id, external_id)).fetchone()
     if row is None or row[1] is None:
         raise NotFound(f"document {external_id!r} does not exist", document_id=external_id)
-    version_id = conn.execute("SELECT id FROM pgbraid.versions WHERE document_id = %s"
-                              " AND version = %s", (row[0], row[1])).fetchone()[0]
+    version_id, classifications = conn.execute(
+        "SELECT id, classifications FROM pgbraid.versions WHERE document_id = %s"
+        " AND version = %s", (row[0], row[1])).fetchone()
+    if pipeline.bound is not None:
+        pipeline.bound.check_current(external_id, classifications)
     _expire(conn, pipeline, version_id)
     conn.execute("UPDATE pgbraid.documents SET current_version = NULL WHERE id = %s", (row[0],))
     bm25_index.compact(conn, pipeline.id)
@@ -273,12 +280,15 @@ def _start(session: Callable, pipeline: Pipeline, chunk: list, embedder: Embedde
             items.append(item)
             continue
         try:
-            items.append(prepare(item, pipeline))
+            ready = prepare(item, pipeline)
+            if pipeline.bound is not None:
+                pipeline.bound.check_record(ready.doc.id, ready.classifications)
+            items.append(ready)
         except PgbraidError as exc:
             items.append(ReadError(item.source or item.id, exc.message))
     prepared = [p for p in items if isinstance(p, Prepared)]
     with session() as conn:
-        known = dict(conn.execute(_KNOWN, {"pipeline": pipeline.id,
+        known = dict(conn.execute(_KNOWN, {"pipeline": pipeline.id, "held": held_of(pipeline.bound),
                                            "ids": [p.doc.id for p in prepared]}).fetchall())
         unchanged = {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest}
         todo = [p for p in prepared if p.doc.id not in unchanged]
