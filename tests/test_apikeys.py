@@ -17,7 +17,7 @@ from pgbraid.api.errors import raise_as_pgbraid
 from pgbraid.cli import app
 from pgbraid.errors import Forbidden, InvalidRequest, MethodNotAllowed, NotFound, Unauthorized
 
-from .serving import tenant_client
+from .serving import served, tenant_client  # noqa: F401  (fixture)
 
 
 @pytest.fixture()
@@ -133,3 +133,87 @@ def test_framework_http_errors_become_the_error_they_are():
         raise_as_pgbraid(HTTPException(400, "There was an error parsing the body"))
     with pytest.raises(RuntimeError):  # not ours: it shows as internal error
         raise_as_pgbraid(HTTPException(502))
+
+
+# -- a key holds no more than its creator (security review finding 2) -------------------
+
+def _bounded_admin(tenant, **grants):
+    key = tenant.create_key(admin=True, **grants)
+    return key, tenant.acting_as(tenant.authenticate(key["key"]))
+
+
+def test_an_admin_bounded_to_a_pipeline_creates_keys_within_it_only(tenant, superuser):
+    tenant.create_pipeline("other", embedder="none")
+    _, notes_admin = _bounded_admin(tenant, pipeline="notes", permissions="read",
+                                    classification="public")
+    before = superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0]
+    for beyond in ({"pipeline": "*", "permissions": "read"},
+                   {"pipeline": "notes", "permissions": "read,write,execute,admin"},
+                   {"pipeline": "notes", "permissions": "write"},
+                   {"pipeline": "other", "permissions": "read"},
+                   {"pipeline": "no-such-pipeline", "permissions": "read"},  # Forbidden, not 404
+                   {"pipeline": "notes", "permissions": "read", "classification": "secret"},
+                   {"pipeline": "notes", "permissions": "read", "classification": None}):
+        with pytest.raises(Forbidden):
+            notes_admin.create_key(**{"classification": "public", **beyond})
+    assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == before
+    within = notes_admin.create_key(pipeline="notes", permissions="read", classification="public")
+    assert tenant.authenticate(within["key"]).permissions == {"notes": frozenset({"read"})}
+    denied = [e for e in tenant.audit(action="access.denied")]
+    assert len(denied) == 7 and {e["detail"]["operation"] for e in denied} == {"create_key"}
+
+
+def test_pipeline_admin_and_every_pipeline_imply_what_they_hold(tenant):
+    _, admin = _bounded_admin(tenant, pipeline="notes", permissions="admin")
+    assert admin.create_key(pipeline="notes", permissions="read,write,execute,admin")
+    with pytest.raises(Forbidden):
+        admin.create_key(pipeline="*", permissions="read")
+    _, every = _bounded_admin(tenant, pipeline="*", permissions="read,execute")
+    assert every.create_key(pipeline="notes", permissions="read,execute")
+    assert every.create_key(pipeline="*", permissions="read")
+    with pytest.raises(Forbidden):
+        every.create_key(pipeline="notes", permissions="write")
+
+
+def test_a_key_expires_no_later_than_its_creator(tenant):
+    soon = datetime.now(timezone.utc) + timedelta(hours=1)
+    _, admin = _bounded_admin(tenant, pipeline="*", permissions="admin", expires=soon)
+    for expires in (None, soon + timedelta(minutes=1)):
+        with pytest.raises(Forbidden, match="outlives"):
+            admin.create_key(pipeline="notes", permissions="read", expires=expires)
+    assert admin.create_key(pipeline="notes", permissions="read", expires=soon)
+
+
+def test_revoking_is_bounded_like_creating(tenant):
+    unrestricted = tenant.create_key(pipeline="*", permissions="read,write,execute,admin",
+                                     admin=True)
+    other = tenant.create_key(pipeline="notes", permissions="read,write")
+    own, admin = _bounded_admin(tenant, pipeline="notes", permissions="read",
+                                classification="public")
+    mine = admin.create_key(pipeline="notes", permissions="read", classification="public")
+    for key in (unrestricted, other):
+        with pytest.raises(Forbidden):
+            admin.revoke_key(key["id"])
+        assert tenant.authenticate(key["key"]).key_id == key["id"]  # still valid
+    assert admin.revoke_key(mine["id"]) == {"revoked": mine["id"]}
+    assert admin.revoke_key(own["id"]) == {"revoked": own["id"]}  # its own key is within it
+    with pytest.raises(Unauthorized):
+        tenant.authenticate(own["key"])
+
+
+def test_over_http_a_pipeline_admin_cannot_mint_a_tenant_wide_key(tenant, served):
+    key = tenant.create_key(pipeline="notes", permissions="read", classification="public",
+                            admin=True)
+    unrestricted = tenant.create_key(pipeline="*", permissions="admin", admin=True)
+    with served.client(key["key"]) as http:
+        escalate = http.post("/keys", json={"pipeline": "*", "admin": True,
+                                            "permissions": ["read", "write", "execute", "admin"]})
+        assert (escalate.status_code, escalate.json()["error"]["code"]) == (403, "forbidden")
+        assert http.delete(f"/keys/{unrestricted['id']}").status_code == 403
+        within = http.post("/keys", json={"pipeline": "notes", "permissions": ["read"],
+                                          "classification": "public"})
+        assert within.status_code == 201
+        assert http.delete(f"/keys/{within.json()['id']}").status_code == 200
+        assert http.delete("/pipelines/notes").status_code == 403
+    assert tenant.pipeline("notes").name == "notes"
+    assert tenant.authenticate(unrestricted["key"]).key_id == unrestricted["id"]

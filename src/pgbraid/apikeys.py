@@ -70,8 +70,11 @@ def create(conn: psycopg.Connection, creator: Principal, *, pipeline: str, permi
         validate_name("pipeline", pipeline)
     chosen = parse_permissions(permissions)
     held = None if classification is None else list(parse_classifications(classification))
-    _check_within(creator, held)
     expires_at = _expiry(expires)
+    # Before the pipeline is looked up: a bounded creator learns nothing of other pipelines.
+    _check_grants(conn, creator, "create", {"pipeline": pipeline, "permissions": chosen,
+                                            "classifications": held, "tenant_admin": bool(admin),
+                                            "expires_at": expires_at})
     if pipeline != ANY_PIPELINE and conn.execute(
             "SELECT 1 FROM pgbraid.pipelines WHERE name = %s", (pipeline,)).fetchone() is None:
         raise NotFound(f"pipeline {pipeline!r} does not exist", pipeline=pipeline)
@@ -82,6 +85,36 @@ def create(conn: psycopg.Connection, creator: Principal, *, pipeline: str, permi
         (key_id, digest(token), token[:SHOWN_CHARS], pipeline, chosen, held, bool(admin),
          expires_at))
     return {"id": key_id, "key": token}
+
+
+def _check_grants(conn: psycopg.Connection, caller: Principal, verb: str,
+                  key: dict[str, Any]) -> None:
+    """A key (its pipeline, permissions, classifications, admin flag and expiry) is within
+    what ``caller`` holds, or ``caller`` may neither create nor revoke it (Forbidden)."""
+    pipeline, wanted = key["pipeline"], key["permissions"]
+    if pipeline == ANY_PIPELINE:
+        own = caller.permissions.get(ANY_PIPELINE, frozenset())
+        lacking = [p for p in wanted if p not in own and "admin" not in own]
+    else:
+        lacking = [p for p in wanted if not caller.allows(pipeline, p)]
+    if lacking:
+        raise Forbidden(f"this principal may not {verb} a key holding {', '.join(lacking)} on "
+                        f"{'every pipeline' if pipeline == ANY_PIPELINE else repr(pipeline)}: "
+                        "a key holds no more than its creator", missing=lacking,
+                        action=f"{verb} an API key")
+    if key["tenant_admin"] and not caller.tenant_admin:
+        raise Forbidden(f"only the tenant's admin may {verb} an admin key",
+                        action=f"{verb} an API key")
+    _check_within(caller, key["classifications"])
+    if caller.key_id is None:
+        return
+    own_expiry = conn.execute("SELECT expires_at FROM pgbraid.api_keys WHERE id = %s",
+                              (caller.key_id,)).fetchone()
+    if own_expiry and own_expiry[0] is not None and (
+            key["expires_at"] is None or key["expires_at"] > own_expiry[0]):
+        raise Forbidden(f"this principal's key expires at {own_expiry[0].isoformat()}: it may "
+                        f"not {verb} a key that outlives it (give expires no later)",
+                        field="expires", action=f"{verb} an API key")
 
 
 def _check_within(creator: Principal, held: list[str] | None) -> None:
@@ -122,10 +155,15 @@ def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str
     caller.require_tenant_admin("revoking an API key")
     if not isinstance(key_id, str) or not key_id.isalnum() or len(key_id) > 64:
         raise InvalidRequest(f"invalid key id {shown(key_id)}", field="id")
-    row = conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"
-                       " WHERE id = %s RETURNING id", (key_id,)).fetchone()
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT pipeline, permissions, classifications, tenant_admin,"
+                          " expires_at FROM pgbraid.api_keys WHERE id = %s FOR UPDATE",
+                          (key_id,)).fetchone()
     if row is None:
         raise NotFound(f"API key {key_id!r} does not exist", key=key_id)
+    _check_grants(conn, caller, "revoke", row)
+    conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"
+                 " WHERE id = %s", (key_id,))
     return {"revoked": key_id}
 
 
