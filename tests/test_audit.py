@@ -180,3 +180,23 @@ def test_get_audit_is_for_the_admin_key_and_counts_each_keys_use(tenant, served)
     assert denied and denied[0]["principal"] == f"key:{reader['id']}"
     assert denied[0]["detail"]["operation"] == "audit"
 
+
+
+def test_only_an_unrestricted_admin_reads_the_log(tenant, served):
+    """Security review finding 10: rows name every pipeline and document id."""
+    tenant.create_pipeline("notes", embedder="none")
+    tenant.ingest("notes", [{"id": "sec2", "text": "x", "classification": "secret"}])
+    tenant.delete_document("notes", "sec2")
+    bounded = [tenant.create_key(pipeline="*", permissions="admin", admin=True,
+                                 classification="public"),
+               tenant.create_key(pipeline="notes", permissions="admin", admin=True),
+               tenant.create_key(pipeline="*", permissions="read,write,execute", admin=True)]
+    unrestricted = tenant.create_key(pipeline="*", permissions="admin", admin=True)
+    for key in bounded:
+        with pytest.raises(Forbidden, match="unrestricted admin"):
+            tenant.acting_as(tenant.authenticate(key["key"])).audit()
+        with served.client(key["key"]) as http:
+            answer = http.get("/audit")
+            assert answer.status_code == 403 and "sec2" not in answer.text
+    with served.client(unrestricted["key"]) as http:
+        assert "notes/sec2" in http.get("/audit").text

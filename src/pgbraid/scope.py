@@ -84,6 +84,18 @@ class Principal:
         if not self.tenant_admin:
             raise Forbidden(f"{action} needs the tenant's admin", action=action)
 
+    @property
+    def unrestricted(self) -> bool:
+        """The tenant's admin with every permission on every pipeline and any classification."""
+        return (self.tenant_admin and self.classifications is None
+                and "admin" in self.permissions.get(ANY_PIPELINE, frozenset()))
+
+    def require_unrestricted_admin(self, action: str) -> None:
+        """For what shows the whole tenant (the audit log names every pipeline and document)."""
+        if not self.unrestricted:
+            raise Forbidden(f"{action} needs the tenant's unrestricted admin (admin on every "
+                            "pipeline '*', no classification bound)", action=action)
+
 
 MAX_FILTER_DEPTH = 8
 MAX_FILTER_CONDITIONS = 64

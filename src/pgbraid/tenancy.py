@@ -74,9 +74,10 @@ class TenantAdmin:
 
     def audit(self, *, since: Any = None, action: str | None = None, limit: int = 100,
               unauthenticated: bool = False) -> list[dict[str, Any]]:
-        """The tenant's audit log, newest first (the tenant's admin); ``unauthenticated``:
-        the refusals that named no known key (the local process only)."""
-        self.principal.require_tenant_admin("reading the audit log")
+        """The tenant's audit log, newest first (the tenant's unrestricted admin: its rows name
+        every pipeline and document); ``unauthenticated``: the refusals that named no known
+        key (the local process only)."""
+        self.principal.require_unrestricted_admin("reading the audit log")
         tenant = self.tenant
         if unauthenticated:
             if self.principal.key_id is not None:
