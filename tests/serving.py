@@ -94,6 +94,7 @@ def served(data_dir, server, tmp_path_factory):
     process.stop()
 
 
-def tenant_client(data_dir: Path, tenant: str | None = None) -> pgbraid.Client:
+def tenant_client(data_dir: Path, tenant: str | None = None, **settings) -> pgbraid.Client:
     """A local admin Client of a tenant of its own (test set-up: pipelines, keys)."""
-    return pgbraid.connect(data_dir=data_dir, tenant=tenant or f"t{uuid.uuid4().hex[:10]}")
+    return pgbraid.connect(data_dir=data_dir, tenant=tenant or f"t{uuid.uuid4().hex[:10]}",
+                           **settings)

@@ -51,7 +51,8 @@ def _docs(tenant_mark: str, secret: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def world(data_dir, server, served):
     with psycopg.connect(server.status().dsn, autocommit=True) as su, \
-            tenant_client(data_dir) as a, tenant_client(data_dir) as b:
+            tenant_client(data_dir, source_schemas="*=public") as a, \
+            tenant_client(data_dir, source_schemas="*=public") as b:
         tables = {}
         for who, mark in (("a", "acme"), ("b", MARK)):
             tables[who] = f"att_{who}_{uuid.uuid4().hex[:8]}"

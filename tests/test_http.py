@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pgbraid.cli import app
 
-from .serving import served, tenant_client  # noqa: F401  (fixture)
+from .serving import Served, served, tenant_client  # noqa: F401  (fixture)
 
 runner = CliRunner()
 DOCS = [{"id": f"doc-{i}", "title": title, "text": text, "metadata": {"n": i}}
@@ -209,11 +209,15 @@ def test_retrieve_streams_one_hit_a_line_then_the_trace(admin, stocked):
                                                           if k != "hits"})
 
 
-def test_sources_and_grounding(admin, tenant, superuser):
+def test_sources_and_grounding(tenant, superuser, data_dir, tmp_path):
     table = f"suppliers_{uuid.uuid4().hex[:8]}"
     superuser.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text, state text)")
     superuser.execute(f"INSERT INTO public.{table} VALUES (1, 'Acme Metal Fabrication', 'TX'),"
                       " (2, 'Apex Plastics', 'CA')")
+    key = tenant.create_key(pipeline="*", permissions="read,write,execute,admin", admin=True)
+    process = Served(data_dir, tmp_path / "serve.log",  # the operator opens public to the tenant
+                     env={"PGBRAID_SOURCE_SCHEMAS": f"{tenant.tenant}=public"})
+    admin = process.client(key["key"])
     try:
         added = admin.post("/sources", json={"name": table, "table": table, "key": "id",
                                              "text": "name", "scope": ["state"]})
@@ -230,6 +234,8 @@ def test_sources_and_grounding(admin, tenant, superuser):
         assert admin.delete(f"/sources/{table}").json() == {"deleted": table}
         assert admin.get(f"/sources/{table}").status_code == 404
     finally:
+        admin.close()
+        process.stop()
         superuser.execute(f"DROP TABLE public.{table}")
 
 

@@ -23,6 +23,9 @@ from pgbraid import sources
 from pgbraid.sources import Source, reading, role_name
 
 OTHER = "other"
+OPEN = "*=public"
+"""PGBRAID_SOURCE_SCHEMAS opening schema public to every tenant, for the tests of what
+comes after the operator's allow-list (which tests/test_source_schemas.py covers)."""
 runner = CliRunner()
 
 
@@ -143,7 +146,7 @@ def test_a_table_with_a_child_in_a_reserved_schema_is_refused(client, superuser)
 
 def test_the_reported_attack_finds_no_secret(env, data_dir, server):
     """Tenant other holds a secret; tenant default registers pgbraid.versions and searches it."""
-    with pgbraid.connect(data_dir=data_dir, tenant=OTHER) as other:
+    with pgbraid.connect(data_dir=data_dir, tenant=OTHER, source_schemas=OPEN) as other:
         pipeline = f"secrets-{_uid()}"
         other.create_pipeline(pipeline, embedder="none")
         other.ingest(pipeline, [{"id": "s1", "text": "the vault code is ZEBRA-SECRET-42"}])
@@ -195,7 +198,7 @@ def test_another_tenant_cannot_see_or_search_a_source(data_dir, two_tenants):
 
 def test_one_name_two_tenants_two_tables_two_sets_of_indexes(data_dir, superuser, two_tenants):
     name, mine, theirs = two_tenants
-    with pgbraid.connect(data_dir=data_dir, tenant=OTHER) as other:
+    with pgbraid.connect(data_dir=data_dir, tenant=OTHER, source_schemas=OPEN) as other:
         shown = other.add_source(name, table=theirs, key="id", text="name", create_indexes=True)
         assert shown["missing_indexes"] == [] and shown["table"] == f"public.{theirs}"
         hits = other.search_source(name, "Umbrella", type="fulltext")
@@ -213,7 +216,7 @@ def test_one_name_two_tenants_two_tables_two_sets_of_indexes(data_dir, superuser
 def test_a_table_another_tenant_registered_is_refused(data_dir, superuser, two_tenants):
     _, mine, _ = two_tenants
     before = _footprint(superuser, "public", mine)
-    with pgbraid.connect(data_dir=data_dir, tenant=OTHER) as other:
+    with pgbraid.connect(data_dir=data_dir, tenant=OTHER, source_schemas=OPEN) as other:
         with pytest.raises(Conflict, match="another tenant"):
             other.add_source(f"steal_{_uid()}", table=mine, key="id", text="name",
                              create_indexes=True)
@@ -328,7 +331,7 @@ def test_a_revoked_grant_is_forbidden_not_read_as_the_login_role(client, superus
 def test_a_missing_source_role_is_forbidden_not_read_as_the_login_role(data_dir, superuser):
     tenant = f"gone-{_uid()}"
     table = _table(superuser, f"gone_{_uid()}", ["Acme Metal Fabrication"])
-    with pgbraid.connect(data_dir=data_dir, tenant=tenant) as client:
+    with pgbraid.connect(data_dir=data_dir, tenant=tenant, source_schemas=OPEN) as client:
         client.add_source("gone", table=table, key="id", text="name")
         role = sql.Identifier(role_name(tenant))
         superuser.execute(sql.SQL("DROP OWNED BY {}").format(role))
@@ -347,7 +350,7 @@ def test_a_source_role_with_extra_rights_is_refused(data_dir, superuser):
     superuser.execute(sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE pgbraid_app").format(
         sql.Identifier(role_name(tenant))))
     try:
-        with pgbraid.connect(data_dir=data_dir, tenant=tenant) as client:
+        with pgbraid.connect(data_dir=data_dir, tenant=tenant, source_schemas=OPEN) as client:
             with pytest.raises(NotEnabled, match="more rights"):
                 client.add_source("odd", table=table, key="id", text="name")
             assert client.sources() == []
@@ -378,7 +381,7 @@ def test_remove_source_revokes_the_grant_drops_its_indexes_and_frees_the_table(
     assert not _can_read(superuser, role, table)
     again = runner.invoke(app, ["source", "delete", second, "--json"], env=env)
     assert again.exit_code == 2 and json.loads(again.stdout)["error"]["code"] == "not_found"
-    with pgbraid.connect(data_dir=data_dir, tenant=OTHER) as other:  # the claim is released
+    with pgbraid.connect(data_dir=data_dir, tenant=OTHER, source_schemas=OPEN) as other:  # the claim is released
         other.add_source(f"r3_{_uid()}", table=table, key="id", text="name")
         assert _can_read(superuser, role_name(OTHER), table)
 
@@ -409,7 +412,7 @@ def test_a_login_role_that_cannot_create_roles_gets_a_clear_error(server, superu
     name, _, _ = two_tenants
     table = _table(superuser, f"ext_{_uid()}", ["Acme"])
     with _login_role(server, superuser, createrole=False) as (_, dsn):
-        with pgbraid.connect(dsn=dsn) as client:
+        with pgbraid.connect(dsn=dsn, source_schemas=OPEN) as client:
             before = _footprint(superuser, "public", table)
             with pytest.raises(NotEnabled, match="CREATEROLE"):
                 client.add_source(f"x_{_uid()}", table=table, key="id", text="name")
@@ -429,7 +432,7 @@ def test_a_createrole_login_that_owns_the_table_registers_and_reads(server, supe
             sql.Identifier(table), sql.Identifier(login)))
         superuser.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(login)))
         try:
-            with pgbraid.connect(dsn=dsn, tenant=tenant) as client:
+            with pgbraid.connect(dsn=dsn, tenant=tenant, source_schemas=OPEN) as client:
                 shown = client.add_source("owned", table=table, key="id", text="name",
                                           create_indexes=True)
                 assert shown["missing_indexes"] == []

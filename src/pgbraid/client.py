@@ -297,7 +297,8 @@ class Client(TenantAdmin):
         self.principal.require_tenant_admin("registering an entity source")
         text = [text] if isinstance(text, str) else list(text)
         scope = [scope] if isinstance(scope, str) else list(scope)
-        allowed = sources.allowed_schemas(self.settings.source_schemas)
+        allowed = sources.allowed_schemas(self.settings.source_schemas, self.tenant,
+                                          embedded=not self.settings.dsn)
         with self._session() as conn:
             source = sources.check(conn, self.tenant, name, table=table, key=key, text=text,
                                    scope=scope, schema=schema, language=language, allowed=allowed)

@@ -39,10 +39,12 @@ class Settings(BaseSettings):
     max_query_chars: int = 10_000
     max_k: int = 1_000
     postings_cache_mb: int = 256
-    source_schemas: str = ""
-    """Comma-separated schemas entity sources may come from (empty: any schema but pgbraid's,
-    information_schema and pg_*, which are always refused)."""
     """Memory for cached BM25 posting arrays per client process (0: read them every query)."""
+    source_schemas: str = ""
+    """Which schemas each tenant's entity sources may come from: ``tenantA=crm_a,shared;
+    tenantB=crm_b`` (``*=`` for every tenant; a bare ``app,crm`` means ``*=app,crm``).
+    Empty: no tenant may register a source, save ``default`` on the embedded server
+    (any schema). pgbraid's, information_schema and pg_* are always refused."""
     pool_size: int = Field(16, ge=1, le=1000)
     """Connections per client process. A hybrid search holds one per leg (up to 4) plus one
     for its snapshot: 16 lets three run at once with one left for ingestion or admin."""

@@ -42,6 +42,7 @@ from .models import validate_name
 if TYPE_CHECKING:
     from .db.database import Database
 
+DEFAULT_TENANT = "default"
 RESERVED_SCHEMAS = ("pgbraid", "information_schema")  # and every pg_* schema
 TABLE_KINDS = ("r", "p")
 KIND_NAMES = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
@@ -54,9 +55,36 @@ def role_name(tenant: str) -> str:
     return "pgbraid_src_" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
 
 
-def allowed_schemas(setting: str) -> frozenset[str]:
-    """PGBRAID_SOURCE_SCHEMAS: comma-separated; empty allows every schema not reserved."""
-    return frozenset(s.strip() for s in setting.split(",") if s.strip())
+def schema_map(setting: str) -> dict[str, frozenset[str]]:
+    """PGBRAID_SOURCE_SCHEMAS parsed: ``tenant=schema,schema;tenant=...`` (``*``: every
+    tenant); a bare ``schema,schema`` (the older form) is ``*=schema,schema``."""
+    mapping: dict[str, frozenset[str]] = {}
+    for entry in filter(None, (e.strip() for e in setting.split(";"))):
+        tenant, _, schemas = entry.rpartition("=") if "=" in entry else ("*", "", entry)
+        tenant = tenant.strip()
+        if tenant != "*":
+            validate_name("tenant", tenant)
+        names = frozenset(s.strip() for s in schemas.split(",") if s.strip())
+        if not names:
+            raise InvalidRequest(f"PGBRAID_SOURCE_SCHEMAS names no schema for tenant {tenant!r}",
+                                 setting="PGBRAID_SOURCE_SCHEMAS")
+        mapping[tenant] = mapping.get(tenant, frozenset()) | names
+    return mapping
+
+
+def allowed_schemas(setting: str, tenant: str, *, embedded: bool) -> frozenset[str]:
+    """The schemas ``tenant`` may register tables from; empty: any schema not reserved,
+    only for ``default`` on the embedded server when nothing is set. Forbidden when the
+    operator allowed the tenant none (deny by default: the login role reads every table)."""
+    mapping = schema_map(setting)
+    if not mapping and embedded and tenant == DEFAULT_TENANT:
+        return frozenset()
+    allowed = mapping.get(tenant, frozenset()) | mapping.get("*", frozenset())
+    if not allowed:
+        raise Forbidden(f"no schema is open to tenant {tenant!r} for entity sources: the "
+                        f"operator allows some with PGBRAID_SOURCE_SCHEMAS={tenant}=schema,...",
+                        action="registering an entity source")
+    return allowed
 
 
 @dataclass(frozen=True)
