@@ -9,7 +9,10 @@ classifications, builds the ``Scope``, runs the legs (further legs on sessions
 of their own that import the same snapshot, or in turn on the main session
 when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
 (highlight.py) and the next page's cursor in the same snapshot. Document reads
-and version listings run the same way.
+and version listings run the same way. With read replicas (db/replicas.py) a
+search's snapshot is on the replica the router chose (rerun on the primary if
+that replica fails under it) and the trace names it; every other read and
+every write stays on the primary.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import psycopg
 
 from . import documents, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
-from .errors import Forbidden, NotEnabled, PgbraidError
+from .db.replicas import Router, Served
+from .errors import BackendUnavailable, Forbidden, NotEnabled, PgbraidError
 from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
                      StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
@@ -50,8 +54,10 @@ class Leg:
 
 class Engine:
     def __init__(self, db: Database, *, context: Context, max_query_chars: int,
-                 max_k: int) -> None:
+                 max_k: int, reads: Router | None = None) -> None:
         self.db = db
+        self.reads = reads
+        """Read replicas for searches (everything else reads the primary)."""
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
@@ -93,7 +99,30 @@ class Engine:
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started)
         context = self.context_with_extensions()
-        with self.db.snapshot(principal.tenant) as snapshot:
+        if self.reads is None:
+            return self._search_on(self.db, principal, pipeline_name, asked, plan, page,
+                                   context, started)
+        db, served = self.reads.choose(asked.consistency, asked.min_lsn)
+        try:
+            response = self._search_on(db, principal, pipeline_name, asked, plan, page,
+                                       context, started)
+        except BackendUnavailable as exc:
+            if served.role != "replica":
+                raise
+            # The replica went away under the search: nothing of it was answered yet.
+            self.reads.failed(served.server, exc)
+            served = Served("primary", "primary",
+                            reason=f"{served.server} failed during the search: {exc.message}")
+            response = self._search_on(self.db, principal, pipeline_name, asked, plan, page,
+                                       context, started)
+        trace = response.trace.model_copy(update={"server": served.as_dict()})
+        return response.model_copy(update={"trace": trace})
+
+    def _search_on(self, db: Database, principal: Principal, pipeline_name: str,
+                   asked: SearchRequest, plan: planner.Plan, page: paging.Page,
+                   context: Context, started: float) -> SearchResponse:
+        """The search in one snapshot of ``db`` (the primary or a read replica)."""
+        with db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
                                            asked.classification)
             request = asked.model_copy(update={"classification": held})
