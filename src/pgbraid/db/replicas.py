@@ -16,7 +16,7 @@ sample and its replay lag (bytes of WAL behind the primary) is within
 - ``consistency: "primary"`` → the primary;
 - ``min_lsn`` → a usable standby whose replay position has reached it; the
   router polls for up to ``wait_ms`` and then answers from the primary;
-- otherwise → the usable standby with the least lag, else the primary.
+- otherwise → the usable standbys in turn (round robin), else the primary.
 
 Which server answered, why, and its lag go into the trace (``Served``). The
 engine reruns a search on the primary when a standby fails under it
@@ -29,6 +29,7 @@ and the segments a query uses are decided by the server queried, in its snapshot
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -112,6 +113,7 @@ class Router:
             dsn, statement_timeout_ms=primary.statement_timeout_ms, max_size=primary._max_size,
             timeout=connect_timeout, standby=True)) for n, dsn in enumerate(dsns, start=1)]
         self._system_id: int | None = None
+        self._turn = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = threading.Lock()
@@ -210,7 +212,7 @@ class Router:
         usable = [r for r in self.replicas if r.usable]
         if not usable:
             return self.primary, Served("primary", "primary", reason=self._why_not())
-        best = min(usable, key=lambda r: r.lag_bytes or 0)
+        best = usable[next(self._turn) % len(usable)]  # every usable replica takes its turn
         return best.db, Served(best.name, "replica", replay_lsn=format_lsn(best.replay),
                                lag_bytes=best.lag_bytes, lag_s=best.lag_s)
 
