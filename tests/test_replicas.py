@@ -215,3 +215,28 @@ def test_bad_read_options_are_refused_by_name(client, pipeline, field, value):
 def test_a_bad_replica_name_is_refused(server):
     with pytest.raises(InvalidRequest, match="replica name"):
         EmbeddedReplica(server, "../escape")
+
+
+def test_pgbraid_serve_routes_searches_to_the_replica(data_dir, replica, tmp_path):
+    """Over HTTP: the ingest answer's lsn as min_lsn, answered by the replica."""
+    from .serving import Served as Serving
+
+    http = Serving(data_dir, tmp_path / "serve.log", "--no-auth",
+                   env={"PGBRAID_READ_DSN": replica.status().dsn, "PGBRAID_READ_WAIT_MS": "10000"})
+    try:
+        with http.client() as api:
+            name = f"t-{uuid.uuid4().hex[:10]}"
+            assert api.post("/pipelines", json={"name": name, "embedder": "none"}).status_code < 300
+            report = api.post(f"/pipelines/{name}/documents",
+                              json={"id": "h1", "text": "heliostat mirror alignment"}).json()
+            body = api.post(f"/pipelines/{name}/search", json={
+                "query": "heliostat", "type": "bm25", "min_lsn": report["lsn"]}).json()
+            assert body["trace"]["server"]["role"] == "replica", body["trace"]
+            assert [h["document_id"] for h in body["hits"]] == ["h1"]
+            bad = api.post(f"/pipelines/{name}/search", json={"query": "x", "min_lsn": "nope"})
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+            primary = api.post(f"/pipelines/{name}/search", json={
+                "query": "heliostat", "consistency": "primary"}).json()
+            assert primary["trace"]["server"]["role"] == "primary"
+    finally:
+        http.stop()
