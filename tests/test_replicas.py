@@ -240,3 +240,58 @@ def test_pgbraid_serve_routes_searches_to_the_replica(data_dir, replica, tmp_pat
             assert primary["trace"]["server"]["role"] == "primary"
     finally:
         http.stop()
+
+
+def test_serve_refuses_a_read_dsn_that_is_a_primary(data_dir, server, tmp_path):
+    from .serving import Served as Serving
+
+    http = Serving(data_dir, tmp_path / "serve.log", "--no-auth", wait=None,
+                   env={"PGBRAID_READ_DSN": server.status().dsn})
+    assert http.process.wait(timeout=120) == 2
+    assert "read DSN replica-1" in http.output() and "not a standby" in http.output()
+
+
+def test_every_strategy_answers_alike_on_the_replica_and_the_primary(reading):
+    """The registry walk on a hot standby: same hits and trace (timings and the
+    server aside) as on the primary, for every strategy, hybrid and auto."""
+    from pgbraid import strategies
+
+    def same(response):
+        body = response.model_dump(mode="json")
+        body["trace"].pop("server")
+        return _strip(body)
+
+    def touches(request):
+        return request["type"] not in strategies.REGISTRY or strategies.get(
+            request["type"]).touches_database
+
+    with reading(read_wait_ms=10_000) as client:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        client.create_pipeline(name)
+        client.ingest(name, [{"id": "p1", "title": "APT29 report",
+                              "text": "APT29 uses spearphishing and PowerShell."},
+                             {"id": "p2", "text": "The reactor maintenance schedule is weekly."}])
+        client.load_graph_records(name, [("group", "G1", "APT29", ["p1"]),
+                                         ("technique", "T1", "Spearphishing", [])],
+                                  [("group", "G1", "uses", "technique", "T1")])
+        lsn = client.ingest(name, [{"id": "p3", "text": "Reactor visitor centre."}]).lsn
+        requests = [{"type": t, "query": "APT29" if t == "graph" else "APT29 reactor"}
+                    for t in strategies.REGISTRY] + [
+            {"type": "graph", "query": "APT29", "params": {"mode": "neighbours"}},
+            {"type": "hybrid", "query": "reactor schedule"}, {"type": "auto", "query": "APT29"}]
+        for request in requests:
+            on_replica = client.search(name, min_lsn=lsn, **request)
+            on_primary = client.search(name, consistency="primary", **request)
+            if touches(request):
+                assert on_replica.trace.server["role"] == "replica", request
+            else:  # a documented no-op: nothing is sent to any server
+                assert on_replica.trace.server is None, request
+            assert same(on_replica) == same(on_primary), request
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "ms" and not k.endswith("_ms")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
