@@ -77,6 +77,12 @@ class Database:
         return pool
 
     def _inspect(self, conn: psycopg.Connection) -> None:
+        from .cluster import active_workers
+
+        if active_workers(conn) == 0:
+            raise BackendUnavailable(
+                f"{_safe_dsn(self.dsn)} is a Citus coordinator without active workers: add "
+                "them (citus_add_node, or pgbraid cluster start --workers 2)")
         if not self.standby:
             migrate(conn)
         _register_vector(conn)  # the extension may have been created just now
