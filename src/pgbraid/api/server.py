@@ -17,6 +17,7 @@ import uvicorn
 
 from ..client import connect, load_settings
 from ..db.replicas import split_dsns
+from ..keyring import Keyring
 from ..errors import InvalidRequest
 from .auth import is_loopback
 
@@ -32,6 +33,8 @@ def serve(host: str = "127.0.0.1", port: int = 8400, workers: int = 1,
                              "create` instead", field="host")
     if not 1 <= workers <= 64:
         raise InvalidRequest("--workers must be from 1 to 64", field="workers")
+    # A key file others may read, or a bad key, refuses to start here, said in one line.
+    Keyring.from_settings(settings, embedded=not settings.dsn)
     if split_dsns(settings.read_dsn):
         # A read DSN that is a primary or another cluster's standby: refused before
         # a socket is bound, not on the first search.
