@@ -27,8 +27,8 @@ import psycopg
 
 from . import documents, encryption, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
-from .db.replicas import Router, Served
-from .errors import BackendUnavailable, Forbidden, NotEnabled, PgbraidError
+from .db.replicas import Router
+from .errors import Forbidden, NotEnabled, PgbraidError
 from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
                      StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
@@ -102,22 +102,12 @@ class Engine:
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started)
         context = self.context_with_extensions()
+        def on(db: Database) -> SearchResponse:
+            return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
+                                   started)
         if self.reads is None:
-            return self._search_on(self.db, principal, pipeline_name, asked, plan, page,
-                                   context, started)
-        db, served = self.reads.choose(asked.consistency, asked.min_lsn)
-        try:
-            response = self._search_on(db, principal, pipeline_name, asked, plan, page,
-                                       context, started)
-        except BackendUnavailable as exc:
-            if served.role != "replica":
-                raise
-            # The replica went away under the search: nothing of it was answered yet.
-            self.reads.failed(served.server, exc)
-            served = Served("primary", "primary",
-                            reason=f"{served.server} failed during the search: {exc.message}")
-            response = self._search_on(self.db, principal, pipeline_name, asked, plan, page,
-                                       context, started)
+            return on(self.db)
+        response, served = self.reads.run(asked.consistency, asked.min_lsn, on)
         trace = response.trace.model_copy(update={"server": served.as_dict()})
         return response.model_copy(update={"trace": trace})
 

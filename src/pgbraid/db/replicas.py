@@ -18,9 +18,10 @@ sample and its replay lag (bytes of WAL behind the primary) is within
   router polls for up to ``wait_ms`` and then answers from the primary;
 - otherwise → the usable standbys in turn (round robin), else the primary.
 
-Which server answered, why, and its lag go into the trace (``Served``). The
-engine reruns a search on the primary when a standby fails under it
-(``failed``), so a standby going down costs a retry, never an error.
+Which server answered, why, and its lag go into the trace (``Served``). ``run``
+reruns a search on the primary when a standby fails under it (and skips that
+standby until it answers a sample), so a standby going down costs a retry,
+never an error.
 
 The BM25 posting cache stays exact on any server of the cluster: its entries
 are immutable segments keyed by pipeline id, creation time and segment number,
@@ -34,7 +35,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 import psycopg
 
@@ -45,6 +46,7 @@ from .database import Database, _safe_dsn
 logger = logging.getLogger("pgbraid")
 
 POLL_S = 0.01
+T = TypeVar("T")
 _STANDBY = """
 SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system()),
        pg_last_wal_replay_lsn()::text,
@@ -202,6 +204,21 @@ class Router:
                 self._down(replica, f"failed a search ({getattr(exc, 'message', 'error')})")
 
     # -- routing --------------------------------------------------------------------
+
+    def run(self, consistency: str | None, min_lsn: str | None,
+            search: Callable[[Database], T]) -> tuple[T, Served]:
+        """``search`` on the chosen server; if a replica fails under it (down, crashed),
+        the whole search again on the primary: a complete answer, never part of one."""
+        db, served = self.choose(consistency, min_lsn)
+        try:
+            return search(db), served
+        except BackendUnavailable as exc:
+            if served.role != "replica":
+                raise
+            self.failed(served.server, exc)
+            return search(self.primary), Served(
+                "primary", "primary",
+                reason=f"{served.server} failed during the search: {exc.message}")
 
     def choose(self, consistency: str | None, min_lsn: str | None) -> tuple[Database, Served]:
         if consistency == "primary":
