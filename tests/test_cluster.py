@@ -119,3 +119,43 @@ def test_cluster_start_needs_citus_built_and_a_sane_worker_count(tmp_path):
         LocalCluster(tmp_path).start(2)
     with pytest.raises(InvalidRequest, match="workers"):
         LocalCluster(tmp_path).start(0)
+
+
+def test_a_tenant_policy_holds_on_the_workers_only_when_set_local(cluster):
+    """What a distributed pgbraid schema will rely on (docs/scale.md): with
+    citus.propagate_set_commands = 'local', SET LOCAL of the tenant and role reaches
+    the workers; set_config(..., true), what pgbraid's sessions use today, does not
+    (the workers see no tenant: zero rows, failing closed)."""
+    table, role = f"tenanted_{uuid.uuid4().hex[:8]}", f"reader_{uuid.uuid4().hex[:8]}"
+    ident, who = sql.Identifier(table), sql.Identifier(role)
+    with psycopg.connect(cluster["coordinator"]["dsn"], autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(who))  # Citus logs in as it
+        conn.execute(sql.SQL("CREATE TABLE {} (pipeline_id bigint, tenant text)").format(ident))
+        try:
+            conn.execute("SELECT create_distributed_table(%s, 'pipeline_id')", (table,))
+            conn.execute(sql.SQL("INSERT INTO {} SELECT i % 4, CASE WHEN i % 2 = 0 THEN 't1'"
+                                 " ELSE 't2' END FROM generate_series(1, 40) i").format(ident))
+            for statement in ("ALTER TABLE {} ENABLE ROW LEVEL SECURITY",
+                              "ALTER TABLE {} FORCE ROW LEVEL SECURITY",
+                              "CREATE POLICY tenant ON {} USING (tenant = current_setting("
+                              "'app.tenant', true))"):
+                conn.execute(sql.SQL(statement).format(ident))
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(ident, who))
+            conn.execute("SET citus.propagate_set_commands = 'local'")
+
+            def seen(*setup) -> list:
+                with conn.transaction():
+                    for statement in setup:
+                        conn.execute(statement)
+                    rows = conn.execute(sql.SQL("SELECT tenant, count(*) FROM {} GROUP BY 1")
+                                        .format(ident)).fetchall()
+                    assert conn.execute("SELECT current_user").fetchone()[0] == role
+                    return rows
+
+            assert seen(sql.SQL("SET LOCAL app.tenant = 't1'"),
+                        sql.SQL("SET LOCAL role {}").format(who)) == [("t1", 20)]
+            assert seen(sql.SQL("SELECT set_config('app.tenant', 't1', true),"
+                                " set_config('role', {}, true)").format(sql.Literal(role))) == []
+        finally:
+            conn.execute(sql.SQL("DROP TABLE {}").format(ident))
+            conn.execute(sql.SQL("DROP ROLE {}").format(who))
