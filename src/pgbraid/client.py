@@ -8,14 +8,15 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import apikeys, embedders, grounding, pipelines, sources
+from . import apikeys, embedders, grounding, live as live_fetch, pipelines, sources
+from .live import search as live_search
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import InvalidRequest, NotEnabled
+from .errors import InvalidRequest, NotEnabled, NotFound
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -98,10 +99,13 @@ class Client:
 
     # -- pipelines ------------------------------------------------------------
 
-    def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
-        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", live: Any = None,
+                        **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
+        ``live``: a live source (live.LiveSource or its dict)."""
         self.principal.require_tenant_admin("creating a pipeline")
         chosen = embedders.validate_name(embedder)
+        source = live_fetch.parse(live) if live is not None else None
         dimension = None
         if chosen:
             self._db.open()
@@ -111,6 +115,8 @@ class Client:
             dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
         with self._session() as conn:
             pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+            if source is not None:
+                pipelines.set_setting(conn, name, "live", source.model_dump(mode="json"))
         if chosen:
             try:
                 with self._db.admin() as conn:  # index DDL needs the table owner
@@ -128,6 +134,24 @@ class Client:
         if pipeline.embedder:
             with self._db.admin() as conn:
                 vectors.drop_indexes(conn, pipeline.id)
+
+    def set_live_source(self, pipeline: str, source: Any) -> dict[str, Any] | None:
+        """Declare, change or (with None) remove a pipeline's live source (admin on it)."""
+        self.principal.require(pipeline, "admin")
+        parsed = live_fetch.parse(source) if source is not None else None
+        value = parsed.model_dump(mode="json") if parsed is not None else None
+        with self._session() as conn:
+            pipelines.set_setting(conn, pipeline, "live", value)
+        return value
+
+    def live_source(self, pipeline: str) -> dict[str, Any]:
+        """The pipeline's live source (admin on it: a URL template may hold a key)."""
+        self.principal.require(pipeline, "admin")
+        with self._session() as conn:
+            stored = pipelines.get(conn, pipeline).settings.get("live")
+        if not stored:
+            raise NotFound(f"pipeline {pipeline!r} has no live source", pipeline=pipeline)
+        return stored
 
     def embedder(self, name: str) -> embedders.Embedder:
         """The named embedder, loaded once per process (openai settings from PGBRAID_OPENAI_*)."""
@@ -169,7 +193,8 @@ class Client:
         with self._session() as conn:
             target = pipelines.get(conn, pipeline)
         embedder = self.embedder(target.embedder) if target.embedder else None
-        report = ingest(self._session, target, items(source, fields), embedder=embedder,
+        report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
+                        embedder=embedder,
                         on_error=on_error, progress=progress)
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
@@ -191,7 +216,7 @@ class Client:
         body = dict(request)
         if query is not None:
             body["query"] = query
-        return self.engine.search(self.principal, pipeline, body)
+        return live_search.search(self, pipeline, body)
 
     def document(self, pipeline: str, document_id: str, *, version: int | None = None,
                  as_of: Any = None, classification: Any = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
 
 from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
@@ -113,3 +114,16 @@ def info(conn: psycopg.Connection, pipeline: Pipeline,
         language=pipeline.language, embedder=pipeline.embedder, dimension=pipeline.dimension,
         chunk_size=pipeline.chunk_size, created_at=pipeline.created_at.isoformat(),
         documents=documents, versions=versions, fragments=fragments)
+
+
+def set_setting(conn: psycopg.Connection, name: str, key: str, value: Any) -> Pipeline:
+    """Set (or, with None, remove) one key of a pipeline's settings."""
+    pipeline = get(conn, name)
+    if value is None:
+        conn.execute("UPDATE pgbraid.pipelines SET settings = settings - %s WHERE id = %s",
+                     (key, pipeline.id))
+    else:
+        conn.execute("UPDATE pgbraid.pipelines SET settings = settings || jsonb_build_object("
+                     "%s::text, %s::jsonb) WHERE id = %s",
+                     (key, Jsonb(value), pipeline.id))
+    return get(conn, name)
