@@ -20,6 +20,7 @@ import pytest
 
 from pgbraid.errors import InvalidRequest, NotEnabled
 from tests.conftest import shared
+from tests.serving import served, tenant_client  # noqa: F401  (fixture)
 
 KEV = json.load(gzip.open(shared("cisa_kev", "known_exploited_vulnerabilities.json.gz")))
 RECORDS = KEV["vulnerabilities"]
@@ -213,3 +214,58 @@ def test_change_and_remove_the_live_source(client, kev, remote):
 def test_ingestion_refuses_the_live_namespace(client, kev):
     report = client.ingest(kev, [{"id": "live:CVE-2000-0001", "text": "spoofed"}])
     assert report.added == 0 and "live" in report.failed[0].message
+
+
+# -- the CLI and HTTP ----------------------------------------------------------------
+
+def test_cli_declares_changes_and_removes_a_live_source(env, client, remote):
+    from typer.testing import CliRunner
+
+    from pgbraid.cli import app
+
+    runner, name = CliRunner(), f"live-{uuid.uuid4().hex[:8]}"
+    url = f"http://127.0.0.1:{remote.server_port}/kev/{{identifier}}"
+    created = runner.invoke(app, ["pipeline", "create", name, "--embedder", "none",
+                                  "--live-source", url, "--live-allow-host", "127.0.0.1",
+                                  "--live-option", "records=vulnerabilities",
+                                  "--live-option", "id_field=cveID",
+                                  "--live-option", "text_field=shortDescription",
+                                  "--live-option", "timeout=3", "--json"], env=env)
+    assert created.exit_code == 0, created.output
+    shown = json.loads(runner.invoke(app, ["pipeline", "live", name, "--json"], env=env).output)
+    assert shown["url"] == url and shown["fields"]["id"] == "cveID" and shown["timeout"] == 3
+    hit = json.loads(runner.invoke(app, ["search", name, MISSING, "--json"], env=env).output)
+    assert hit["hits"][0]["document_id"] == f"live:{MISSING}"
+    refused = runner.invoke(app, ["pipeline", "live", name, "--source",
+                                  "http://example.org/{identifier}", "--allow-host", "127.0.0.1",
+                                  "--json"], env=env)
+    assert refused.exit_code == 2 and "allow_hosts" in json.loads(refused.output)["error"]["message"]
+    removed = runner.invoke(app, ["pipeline", "live", name, "--remove", "--json"], env=env)
+    assert removed.exit_code == 0
+    gone = runner.invoke(app, ["pipeline", "live", name, "--json"], env=env)
+    assert gone.exit_code == 2 and json.loads(gone.output)["error"]["code"] == "not_found"
+
+
+def test_http_live_source_and_a_search_that_fetches(data_dir, server, served, remote):
+    name = f"live-{uuid.uuid4().hex[:8]}"
+    with tenant_client(data_dir) as tenant:
+        admin_key = tenant.create_key(pipeline="*", admin=True,
+                                      permissions="read,write,execute,admin")["key"]
+        with served.client(admin_key) as admin:
+            created = admin.post("/pipelines", json={"name": name, "embedder": "none",
+                                                     "live": source(remote)})
+            assert created.status_code == 201, created.text
+        reader_key = tenant.create_key(pipeline=name, permissions="read,execute")["key"]
+    with served.client(admin_key) as admin, served.client(reader_key) as reader:
+        assert admin.get(f"/pipelines/{name}/live").json()["allow_hosts"] == ["127.0.0.1"]
+        assert reader.get(f"/pipelines/{name}/live").status_code == 403
+        bad = admin.put(f"/pipelines/{name}/live", json={**source(remote), "proxy": "x"})
+        assert bad.status_code == 400 and "proxy" in bad.json()["error"]["message"]
+        found = reader.post(f"/pipelines/{name}/search", json={"query": MISSING, "type": "auto"})
+        assert found.status_code == 200, found.text
+        body = found.json()
+        assert body["hits"][0]["document_id"] == f"live:{MISSING}"
+        live = [e for e in body["trace"]["retrievers"] if e["retriever"] == "live"]
+        assert live[0]["status"] == "ran" and live[0]["details"]["stored"] == [f"live:{MISSING}"]
+        assert admin.delete(f"/pipelines/{name}/live").json() == {"deleted": f"{name}/live"}
+        assert admin.get(f"/pipelines/{name}/live").status_code == 404

@@ -14,6 +14,7 @@ from fastapi import Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..errors import InvalidRequest
+from ..live.config import LiveSource
 from ..models import NAME_RE, SearchRequest, shown
 
 NAME = f"^{NAME_RE.pattern}$"
@@ -48,6 +49,8 @@ class PipelineCreate(Body):
     """A text-search language (english, german, simple, ...)."""
     fulltext: bool = True
     chunk_size: int = Field(1000, ge=200, le=20_000)
+    live: LiveSource | None = None
+    """A live source: what a search may fetch when the corpus lacks it (live fetch)."""
 
 
 class DocumentIn(Body):
