@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     """The largest HTTP request body (413 beyond it)."""
     shutdown_timeout: float = Field(30.0, ge=0, le=3600)
     """Seconds ``pgbraid serve`` waits for in-flight requests on SIGTERM / SIGINT."""
+    mcp: bool = False
+    """Set by ``pgbraid serve --mcp`` for its workers: serve MCP (streamable HTTP) at /mcp."""
     no_auth: bool = False
     """Set by ``pgbraid serve --no-auth`` for its workers: every request from loopback acts
     as the tenant's admin. Not meant to be set by hand."""
