@@ -10,13 +10,14 @@ from pydantic import ValidationError
 
 from . import apikeys, embedders, grounding, live as live_fetch, pipelines, sources
 from .live import search as live_search
+from .live.admin import LiveSources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import InvalidRequest, NotEnabled, NotFound
+from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -30,7 +31,7 @@ from .strategies.query_language import QueryLanguages
 ANALYZE_AFTER = 1_000
 
 
-class Client:
+class Client(LiveSources):
     """A principal's handle on pgbraid: pipelines, ingestion, search, document reads.
 
     Every call acts as ``principal`` (by default the local process, its tenant's
@@ -134,24 +135,6 @@ class Client:
         if pipeline.embedder:
             with self._db.admin() as conn:
                 vectors.drop_indexes(conn, pipeline.id)
-
-    def set_live_source(self, pipeline: str, source: Any) -> dict[str, Any] | None:
-        """Declare, change or (with None) remove a pipeline's live source (admin on it)."""
-        self.principal.require(pipeline, "admin")
-        parsed = live_fetch.parse(source) if source is not None else None
-        value = parsed.model_dump(mode="json") if parsed is not None else None
-        with self._session() as conn:
-            pipelines.set_setting(conn, pipeline, "live", value)
-        return value
-
-    def live_source(self, pipeline: str) -> dict[str, Any]:
-        """The pipeline's live source (admin on it: a URL template may hold a key)."""
-        self.principal.require(pipeline, "admin")
-        with self._session() as conn:
-            stored = pipelines.get(conn, pipeline).settings.get("live")
-        if not stored:
-            raise NotFound(f"pipeline {pipeline!r} has no live source", pipeline=pipeline)
-        return stored
 
     def embedder(self, name: str) -> embedders.Embedder:
         """The named embedder, loaded once per process (openai settings from PGBRAID_OPENAI_*)."""
