@@ -61,6 +61,10 @@ class Remote(BaseHTTPRequestHandler):
             return
         if self.path.startswith("/malformed/"):
             return self._send(200, b'{"vulnerabilities": [{"cveID": "CVE-1', )
+        if self.path.startswith("/partial/"):  # a good record, then one without text
+            good, bad = dict(RECORDS[200]), dict(RECORDS[201])
+            bad.pop("shortDescription")
+            return self._send(200, json.dumps({"vulnerabilities": [good, bad]}).encode())
         if self.path.startswith("/redirect/"):
             self.send_response(302)
             self.send_header("Location", f"http://localhost:{self.server.server_port}/kev/x")
@@ -173,6 +177,7 @@ def test_server_down_gives_a_failed_leg_and_the_corpus_answer(client, kev, remot
     ("big", "passed the limit of 65536 bytes"),
     ("malformed", "malformed JSON"),
     ("redirect", "host 'localhost' is not in the live source's allow_hosts"),
+    ("partial", "document 2 of 127.0.0.1's answer: missing or empty text field"),
 ])
 def test_bad_remote_answers_fail_the_leg_and_store_nothing(client, remote, path, reason):
     name = f"live-{uuid.uuid4().hex[:8]}"
