@@ -82,6 +82,11 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
                     fulltext: bool = typer.Option(True, "--fulltext/--no-fulltext"),
                     chunk_size: int = typer.Option(1000, help="Target fragment size in characters."),
                     embedder: str = typer.Option("minilm", help="minilm | e5-multilingual | openai | none"),
+                    encrypt: bool = typer.Option(
+                        False, "--encrypt",
+                        help="Store text, titles and --encrypt-metadata fields AES-256-GCM sealed."),
+                    encrypt_metadata: Optional[str] = typer.Option(
+                        None, help="Top-level metadata fields to seal too, comma-separated."),
                     live_source: Optional[str] = typer.Option(
                         None, help="A live source URL template with {query} or {identifier}."),
                     live_allow_host: Optional[list[str]] = LIVE_HOSTS,
@@ -92,8 +97,10 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
         if live_source is None and (live_allow_host or live_option):
             raise InvalidRequest("--live-allow-host and --live-option need --live-source")
         live = _live(live_source, live_allow_host, live_option) if live_source else None
+        fields = [f.strip() for f in encrypt_metadata.split(",")] if encrypt_metadata else None
         info = client.create_pipeline(name, language=language, fulltext=fulltext,
-                                      chunk_size=chunk_size, embedder=embedder, live=live)
+                                      chunk_size=chunk_size, embedder=embedder, encrypt=encrypt,
+                                      encrypt_metadata=fields, live=live)
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
 
 

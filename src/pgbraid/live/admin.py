@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import pipelines
+from .. import audit, pipelines
 from ..errors import NotFound
 from .config import parse
 
@@ -20,6 +20,8 @@ class LiveSources:
         value = parsed.model_dump(mode="json") if parsed is not None else None
         with self._session() as conn:
             pipelines.set_setting(conn, pipeline, "live", value)
+            audit.record(conn, self.principal, "pipeline.live", pipeline,
+                         {"allow_hosts": list(parsed.allow_hosts) if parsed else None})
         return value
 
     def live_source(self, pipeline: str) -> dict[str, Any]:

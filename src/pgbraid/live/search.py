@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import psycopg
 
-from .. import planner
+from .. import audit, planner
 from ..errors import InvalidRequest, NotEnabled, NotFound
 from ..ingest.readers import SourceDocument
 from ..ingest.writer import ingest
@@ -185,6 +185,9 @@ def _store(client: "Client", pipeline: Pipeline, docs: list[SourceDocument]) -> 
             if report.failed:
                 raise LiveFailure(f"a fetched document could not be stored: "
                                   f"{report.failed[0].message}")
+            audit.record(conn, client.principal, "document.ingest", pipeline.name, {
+                "live": True, "added": report.added, "updated": report.updated,
+                "unchanged": report.unchanged, "failed": 0})
     except psycopg.Error as exc:
         raise LiveFailure(f"storing the fetched documents failed: PostgreSQL error "
                           f"{exc.sqlstate or 'unknown'}") from None
