@@ -274,3 +274,18 @@ def test_http_live_source_and_a_search_that_fetches(data_dir, server, served, re
         assert live[0]["status"] == "ran" and live[0]["details"]["stored"] == [f"live:{MISSING}"]
         assert admin.delete(f"/pipelines/{name}/live").json() == {"deleted": f"{name}/live"}
         assert admin.get(f"/pipelines/{name}/live").status_code == 404
+
+
+def test_an_encrypted_pipeline_stores_what_it_fetched_sealed(client, remote, superuser):
+    name = f"live-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none", encrypt=True, live=source(remote))
+    response = client.search(name, MISSING, type="auto")
+    assert live_entry(response).status == "ran"
+    assert response.hits[0].document_id == f"live:{MISSING}"
+    text = REMOTE[MISSING]["shortDescription"]
+    assert response.hits[0].page_content == text
+    stored = superuser.execute(
+        "SELECT v.body FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id"
+        " JOIN pgbraid.pipelines p ON p.id = d.pipeline_id"
+        " WHERE d.external_id = %s AND p.name = %s", (f"live:{MISSING}", name)).fetchall()
+    assert stored and all(text[:30] not in body for (body,) in stored)
