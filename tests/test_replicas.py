@@ -295,3 +295,36 @@ def _strip(value):
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value
+
+
+def test_the_search_after_a_live_fetch_reads_the_primary(reading, replica):
+    """Live fetch stores on the primary, then cites from the primary: even with the
+    replica's replay paused, the fetched record is the answer."""
+    from http.server import ThreadingHTTPServer
+
+    from tests.test_live import CORPUS, MISSING, Remote, source
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Remote)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with reading(read_wait_ms=10_000) as client, \
+                psycopg.connect(replica.status().dsn, autocommit=True) as standby:
+            name = f"live-{uuid.uuid4().hex[:8]}"
+            client.create_pipeline(name, embedder="none", live=source(httpd))
+            lsn = client.ingest(name, [{"id": r["cveID"], "text": f"{r['cveID']}: "
+                                        f"{r['shortDescription']}"} for r in CORPUS[:10]]).lsn
+            assert client.search(name, "vulnerability", min_lsn=lsn).trace.server[
+                "role"] == "replica"
+            standby.execute("SELECT pg_wal_replay_pause()")
+            try:
+                response = client.search(name, f"what is {MISSING}?", type="auto")
+            finally:
+                standby.execute("SELECT pg_wal_replay_resume()")
+        live = [e for e in response.trace.retrievers if e.retriever == "live"]
+        assert live and live[0].status == "ran", response.trace
+        assert response.hits[0].document_id == f"live:{MISSING}"
+        assert response.trace.server == {"server": "primary", "role": "primary",
+                                         "reason": "consistency: primary"}
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
