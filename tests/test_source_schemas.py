@@ -11,8 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import pgbraid
-from pgbraid import sources
+from pgbraid import source_schemas as sources
 from pgbraid.errors import Forbidden, InvalidRequest
 
 from .serving import Served, served, tenant_client  # noqa: F401  (fixture)

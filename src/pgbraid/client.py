@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import audit, embedders, encryption, grounding, live as live_fetch, pipelines, rotation, sources
+from . import (audit, embedders, encryption, grounding, live as live_fetch, pipelines, rotation,
+               source_schemas, sources)
 from .live import search as live_search
 from .live.admin import LiveSources
 from .strategies.graph import store as graph
@@ -312,8 +313,8 @@ class Client(TenantAdmin, LiveSources):
         self.principal.require_tenant_admin("registering an entity source")
         text = [text] if isinstance(text, str) else list(text)
         scope = [scope] if isinstance(scope, str) else list(scope)
-        allowed = sources.allowed_schemas(self.settings.source_schemas, self.tenant,
-                                          embedded=not self.settings.dsn)
+        allowed = source_schemas.allowed_schemas(self.settings.source_schemas, self.tenant,
+                                                 embedded=not self.settings.dsn)
         with self._session() as conn:
             source = sources.check(conn, self.tenant, name, table=table, key=key, text=text,
                                    scope=scope, schema=schema, language=language, allowed=allowed)

@@ -8,8 +8,9 @@ is an injection attempt is simply "no such column".
 
 What may be registered: an ordinary or partitioned table (and every child or
 partition under it) outside pgbraid's schema, ``information_schema`` and every
-``pg_*`` schema (catalog, TOAST, temp), inside ``PGBRAID_SOURCE_SCHEMAS`` when
-that is set, and not already claimed by another tenant. Views, materialized
+``pg_*`` schema (catalog, TOAST, temp), inside the schemas the operator opened to the tenant
+(``PGBRAID_SOURCE_SCHEMAS``, source_schemas.py: deny by default), and not already
+claimed by another tenant. Views, materialized
 views and foreign tables are refused: they read with their owner's rights (a
 superuser's view over ``pgbraid.versions`` would show every tenant's rows), and
 a check of what they depend on would have to follow functions too.
@@ -42,7 +43,6 @@ from .models import validate_name
 if TYPE_CHECKING:
     from .db.database import Database
 
-DEFAULT_TENANT = "default"
 RESERVED_SCHEMAS = ("pgbraid", "information_schema")  # and every pg_* schema
 TABLE_KINDS = ("r", "p")
 KIND_NAMES = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
@@ -53,38 +53,6 @@ KIND_NAMES = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
 def role_name(tenant: str) -> str:
     """The tenant's source reader, one per tenant, named from a hash (roles are cluster-wide)."""
     return "pgbraid_src_" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
-
-
-def schema_map(setting: str) -> dict[str, frozenset[str]]:
-    """PGBRAID_SOURCE_SCHEMAS parsed: ``tenant=schema,schema;tenant=...`` (``*``: every
-    tenant); a bare ``schema,schema`` (the older form) is ``*=schema,schema``."""
-    mapping: dict[str, frozenset[str]] = {}
-    for entry in filter(None, (e.strip() for e in setting.split(";"))):
-        tenant, _, schemas = entry.rpartition("=") if "=" in entry else ("*", "", entry)
-        tenant = tenant.strip()
-        if tenant != "*":
-            validate_name("tenant", tenant)
-        names = frozenset(s.strip() for s in schemas.split(",") if s.strip())
-        if not names:
-            raise InvalidRequest(f"PGBRAID_SOURCE_SCHEMAS names no schema for tenant {tenant!r}",
-                                 setting="PGBRAID_SOURCE_SCHEMAS")
-        mapping[tenant] = mapping.get(tenant, frozenset()) | names
-    return mapping
-
-
-def allowed_schemas(setting: str, tenant: str, *, embedded: bool) -> frozenset[str]:
-    """The schemas ``tenant`` may register tables from; empty: any schema not reserved,
-    only for ``default`` on the embedded server when nothing is set. Forbidden when the
-    operator allowed the tenant none (deny by default: the login role reads every table)."""
-    mapping = schema_map(setting)
-    if not mapping and embedded and tenant == DEFAULT_TENANT:
-        return frozenset()
-    allowed = mapping.get(tenant, frozenset()) | mapping.get("*", frozenset())
-    if not allowed:
-        raise Forbidden(f"no schema is open to tenant {tenant!r} for entity sources: the "
-                        f"operator allows some with PGBRAID_SOURCE_SCHEMAS={tenant}=schema,...",
-                        action="registering an entity source")
-    return allowed
 
 
 @dataclass(frozen=True)

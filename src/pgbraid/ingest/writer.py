@@ -33,8 +33,8 @@ from ..errors import KeyUnavailable, NotFound, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
 from . import bm25_index, clock
-from .guard import held_of
 from .bm25_index import Pending
+from .guard import held_of
 from .prepare import Prepared, prepare
 from .readers import ReadError, SourceDocument
 
