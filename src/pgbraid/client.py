@@ -253,7 +253,7 @@ class Client:
         if edges:
             graph.read_edges(Path(edges), data)
         with self._session() as conn:
-            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            return graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
 
     def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
                            edges: list[tuple] = ()) -> dict[str, int]:
@@ -262,12 +262,13 @@ class Client:
         self.principal.require(pipeline, "write")
         data = graph.from_records(vertices, edges)
         with self._session() as conn:
-            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            return graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key,
+                                age=self.settings.age)
 
     def graph_summary(self, pipeline: str) -> dict[str, Any]:
         self.principal.require(pipeline, "read")

@@ -78,6 +78,17 @@ class Engine:
             self._pgsearch_ready = True
         return dataclasses.replace(self.context, extensions=self.db.extensions)
 
+    def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
+                 context: Context) -> Context:
+        """Writes a search needs before its read-only snapshot: the pipeline's Apache AGE
+        mirror, made current (only for a graph search asking for engine age, opted in)."""
+        if not (context.age and asked.type == "graph" and asked.params.get("engine") == "age"):
+            return context
+        from .strategies.graph import age
+
+        note = age.prepare(self.db, principal.tenant, pipeline_name)
+        return dataclasses.replace(context, extensions=self.db.extensions, age_mirror=note)
+
     # -- search -------------------------------------------------------------------
 
     def search(self, principal: Principal, pipeline_name: str,
@@ -92,7 +103,7 @@ class Engine:
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started)
-        context = self.context_with_extensions()
+        context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
                                            asked.classification)
