@@ -178,3 +178,22 @@ def test_loads_are_all_or_nothing_with_line_numbers(client, pipeline, tmp_path):
     assert [(e["key"], e["evidence"]["shared_neighbours"]) for e in entities] == [("s2", ["p1"])]
     client.delete_vertex(pipeline, "po", "p1")
     assert client.graph_summary(pipeline)["edges"] == {}
+
+
+def test_edges_written_in_sql_of_your_own_are_searchable_by_their_type(client, pipeline):
+    """README's SQL route (no pgbraid load): triggers keep the types and graph version."""
+    client.load_graph_records(pipeline, [("supplier", "s1", "Acme", []), ("supplier", "s2", "Globex", []),
+                                         ("po", "p1", "PO 1", [])])
+    with client.session() as conn:
+        pid = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s", (pipeline,)).fetchone()[0]
+        before = conn.execute("SELECT version FROM pgbraid.graph_versions WHERE pipeline_id = %s",
+                              (pid,)).fetchone()[0]
+        conn.execute("INSERT INTO pgbraid.edges (pipeline_id, src, type, dst) SELECT %(p)s, s.id,"
+                     " 'issued', o.id FROM pgbraid.vertices s, pgbraid.vertices o WHERE s.pipeline_id"
+                     " = %(p)s AND o.pipeline_id = %(p)s AND s.type = 'supplier' AND o.type = 'po'",
+                     {"p": pid})
+        after = conn.execute("SELECT version, edge_types FROM pgbraid.graph_versions"
+                             " WHERE pipeline_id = %s", (pid,)).fetchone()
+    assert after == (before + 1, ["issued"])
+    similar = client.search(pipeline, "Acme", type="graph", params={"edge_type": "issued"})
+    assert [e["key"] for e in similar.trace.retrievers[0].details["entities"]] == ["s2"]

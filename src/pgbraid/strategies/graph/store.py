@@ -138,27 +138,20 @@ def _check_duplicates(load: GraphLoad) -> None:
             seen[key] = edge[7]
 
 
-def _bump(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad | None = None) -> tuple[int, int]:
-    """The pipeline's graph version before and after this write (same transaction), and
-    the vertex and edge types it has ever had."""
-    vertex_types = sorted({v[0] for v in data.vertices}) if data else []
-    edge_types = sorted({e[2] for e in data.edges}) if data else []
-    after = conn.execute(
-        "INSERT INTO pgbraid.graph_versions AS g (pipeline_id, vertex_types, edge_types)"
-        " VALUES (%(p)s, %(vt)s, %(et)s) ON CONFLICT (pipeline_id) DO UPDATE SET"
-        " version = g.version + 1,"
-        " vertex_types = ARRAY(SELECT DISTINCT unnest(g.vertex_types || %(vt)s::text[]) ORDER BY 1),"
-        " edge_types = ARRAY(SELECT DISTINCT unnest(g.edge_types || %(et)s::text[]) ORDER BY 1)"
-        " RETURNING version", {"p": pipeline_id, "vt": vertex_types, "et": edge_types}).fetchone()[0]
-    return after - 1, after
+def _version(conn: psycopg.Connection, pipeline_id: int) -> int:
+    """The pipeline's graph version (bumped by triggers on every write: migration 015)."""
+    row = conn.execute("SELECT version FROM pgbraid.graph_versions WHERE pipeline_id = %s",
+                       (pipeline_id,)).fetchone()
+    return row[0] if row else 0
 
 
 def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
          age: bool = False) -> dict[str, int]:
     """Upsert a validated load inside the caller's transaction (and into the pipeline's
     Apache AGE mirror when ``age``, PGBRAID_AGE=1, and the mirror is current)."""
+    before = _version(conn, pipeline_id)
     counts, vertex_ids, edge_ids = _upsert(conn, pipeline_id, data)
-    before, after = _bump(conn, pipeline_id, data)
+    after = _version(conn, pipeline_id)
     if age:
         from .age import sync_load
 
@@ -214,11 +207,12 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
 def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str, *,
                   age: bool = False) -> None:
     """Delete a vertex and its edges (from the AGE mirror too when ``age`` and it is current)."""
+    before = _version(conn, pipeline_id)
     row = conn.execute("DELETE FROM pgbraid.vertices WHERE pipeline_id = %s AND type = %s AND key = %s"
                        " RETURNING id", (pipeline_id, vtype, key)).fetchone()
     if row is None:
         raise NotFound(f"vertex {vtype}:{key} does not exist")
-    before, after = _bump(conn, pipeline_id)
+    after = _version(conn, pipeline_id)
     if age:
         from .age import sync_delete
 
