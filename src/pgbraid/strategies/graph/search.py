@@ -106,7 +106,8 @@ PARAMS = (
     Param("candidate_type", "string", None, "the vertex type of the entities found (mode "
           "similar)", rule="the seed's type"),
     Param("hops", "integer", 2, "how far the walk goes (mode neighbours)", low=1, high=3),
-    Param("max_fanout", "integer", None, "edges followed out of each vertex, heaviest first",
+    Param("max_fanout", "integer", None, "neighbours: edges followed out of each vertex, "
+          "heaviest first; similar: a neighbour with more edges is a hub, not followed",
           low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
     Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
           choices=("pgbraid", "age")),
