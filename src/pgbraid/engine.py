@@ -25,7 +25,7 @@ import psycopg
 from . import documents, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
 from .errors import Forbidden, NotEnabled, PgbraidError
-from .fusion import Fused, fuse, promote
+from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
                      StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
 from .pipelines import Pipeline
@@ -247,8 +247,9 @@ class Engine:
         method = request.params.get("fusion", "rrf")
         rrf_k = request.params.get("rrf_k", 60)
         by_document = request.group_by == "document"
-        fused = promote(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
-                             by_document=by_document), plan.identifiers)
+        fused = promote(lead(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
+                                  by_document=by_document),
+                             planner.leader(request, plan, _missing(legs))), plan.identifiers)
         hits = [_hit(item.row, rank, round(item.score, 8), item)
                 for rank, item in enumerate(fused[page.offset:page.offset + request.k],
                                             start=page.offset + 1)]
@@ -351,6 +352,14 @@ def _group(rows: list[Row], k: int) -> list[Row]:
             seen.add(row.document_id)
             kept.append(row)
     return kept[:k]
+
+
+def _missing(legs: list[Leg]) -> list[str]:
+    """The query terms the bm25 leg found in no fragment in scope (its df is scoped)."""
+    for leg in legs:
+        if leg.plan.strategy == "bm25" and leg.entry.status == "ran":
+            return [t["term"] for t in leg.entry.details.get("terms", ()) if t["df"] == 0]
+    return []
 
 
 def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str, float],

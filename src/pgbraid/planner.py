@@ -12,7 +12,9 @@ The auto planner, from the query's shape to a mix of strategies and weights:
   exact ``fulltext`` leg over the identifiers, and promote hits that contain
   them verbatim;
 - natural-language questions weigh ``similarity``;
-- short capitalised names add ``fuzzy``;
+- short capitalised names add ``fuzzy``, other short keyword queries add it
+  at half weight; when bm25 then finds a query word nowhere in scope (df 0: a
+  likely misspelling), fuzzy's ranking leads the fused list (``leader``);
 - a known entity name adds ``graph`` when the pipeline has a graph.
 The plan and the reasons are reported in the trace.
 """
@@ -35,6 +37,7 @@ PLANNABLE = {"hybrid": ("bm25", "similarity", "fuzzy"),
              "auto": ("fulltext", "bm25", "similarity", "fuzzy", "graph")}
 """What a plan without params.strategies may run."""
 DEFAULT_DEPTH = 50
+SHORT_QUERY_WORDS = 4
 MAX_DEPTH = 1000
 
 IDENTIFIERS = {
@@ -139,7 +142,30 @@ def plan(query: str, *, graph: bool = False) -> Plan:
         if graph:
             legs.append(Leg("graph", 1.0))
             reasons.append("a graph exists: graph finds the entity's relationships")
+    elif len(words) <= SHORT_QUERY_WORDS and len(query.split()) <= SHORT_QUERY_WORDS:
+        legs.append(Leg("fuzzy", 0.5))
+        reasons.append("short keywords: a fuzzy leg at half weight in case of a misspelling")
     return Plan(legs, reasons)
+
+
+def leader(request: SearchRequest, chosen: Plan, missing: list[str]) -> str | None:
+    """The leg whose ranking leads auto's fused list once its legs ran, or None.
+
+    Query words that bm25 found in no fragment in scope (``missing``; its df is
+    scoped) are likely misspelled: then fuzzy's ranking leads and the other legs
+    break no ties above it, they fill the list below. Weights in the request
+    turn this off. Measured on the bench's company names (bench fuzzy): with a
+    typo in each of two words, RRF with fuzzy weighing even 4 ranked the right
+    name first in 0.89 of cases (a second fuzzy hit found by another leg too
+    outranks fuzzy's first), fuzzy alone in 0.99.
+    """
+    legs = {leg.strategy for leg in chosen.legs}
+    if (request.type != "auto" or not missing or not {"fuzzy", "bm25"} <= legs
+            or request.params.get("weights")):
+        return None
+    chosen.reasons.append(f"words found in no fragment in scope ({', '.join(missing)}): likely "
+                          "misspelled, so fuzzy's ranking leads and the other legs follow")
+    return "fuzzy"
 
 
 # -- plans for requests ---------------------------------------------------------
