@@ -23,6 +23,7 @@ import numpy as np
 from pgbraid.db import extensions
 from pgbraid.strategies.graph.reference import Reference
 
+from . import plots
 from .common import BENCH_DIR, DATA, ROOT, console, connect, has_pipeline, percentiles, table
 
 ATTACK = "bench-attack"
@@ -213,3 +214,5 @@ def run(*, quick: bool = False) -> None:
             rows += synthetic_cases(client, engines)
     table("graph latency (ms), agreement with the plain-Python reference, entities reached",
           COLUMNS, rows)
+    plots.save("graph", "latency", [dict(zip(COLUMNS, row)) for row in rows],
+               machine="2 cores shared with other work", age=with_age)
