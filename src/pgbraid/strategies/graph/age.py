@@ -302,6 +302,9 @@ class Age:
                 found.setdefault(v, set()).add(n)
         return found
 
+    def profiles(self, ids, direction, types, of_type, among) -> dict[int, tuple[int, set[int]]]:
+        return {v: (len(n), n & among) for v, n in self.lists(ids, direction, types, of_type).items()}
+
     def counts(self, ids, direction, types, cap) -> dict[int, int]:
         if cap is None:
             return {v: len(n) for v, n in self.lists(ids, direction, types).items()}

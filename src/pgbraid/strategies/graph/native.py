@@ -38,6 +38,11 @@ SELECT f.v, (SELECT count(*) FROM (
 FROM unnest(%(ids)s::bigint[]) f(v)
 """
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
+_PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
+             f" FROM ({_ENDS}) x GROUP BY x.v")
+_PROFILES_OF_TYPE = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n ="
+                     f" ANY(%(among)s)) FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.id = x.n"
+                     " WHERE nv.type = %(nt)s GROUP BY x.v")
 
 # The cap + 1 heaviest edges of each vertex: per type and direction an ordered,
 # limited index scan, then the best cap + 1 of those.
@@ -76,6 +81,11 @@ class Native:
         for v, n in self.conn.execute(statement, {**params, "nt": of_type}):
             found.setdefault(v, set()).add(n)
         return found
+
+    def profiles(self, ids, direction, types, of_type, among) -> dict[int, tuple[int, set[int]]]:
+        params = {**self._params(ids, direction, types), "nt": of_type, "among": sorted(among)}
+        statement = _PROFILES if of_type is None else _PROFILES_OF_TYPE
+        return {v: (n, set(shared or ())) for v, n, shared in self.conn.execute(statement, params)}
 
     def counts(self, ids, direction, types, cap) -> dict[int, int]:
         params = self._params(ids, direction, types)

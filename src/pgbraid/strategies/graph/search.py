@@ -221,7 +221,7 @@ def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
     measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
     scored, found = walks.similar(
-        adj, seed["id"], types, direction, cap=cap, measure=measure,
+        adj, seed["id"], types, direction, cap=cap, measure=measure, want=_want(request),
         neighbour_type=request.params.get("neighbour_type"),
         candidate_type=request.params.get("candidate_type", seed["type"]))
     hubs = found["hubs"]
@@ -231,17 +231,26 @@ def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
                     for z, n in hubs.items())
     details.update(measure=measure, candidates=found["candidates"], max_fanout=cap, capped=capped)
     if capped:
-        details["cap_note"] = (f"{len(capped)} of the seed's neighbours have more than {cap} edges "
-                               "(hubs): candidates were not generated through them, but they count "
-                               "in every candidate's shared neighbours and score; candidates "
-                               "sharing only hubs with the seed were not considered (raise "
-                               "params.max_fanout to follow them)")
+        details["cap_note"] = (
+            f"{len(capped)} of the seed's neighbours have more than {cap} edges (hubs): "
+            + (f"candidates came through their {cap} heaviest edges only, as other neighbours "
+               "gave fewer than k" if found["hubs_sampled"] else
+               "candidates were not generated through them")
+            + "; hubs count in every candidate's shared neighbours and score; candidates "
+            "sharing only hubs with the seed may be missing (raise params.max_fanout to follow "
+            "hubs in full)")
+        details["hubs_sampled"] = found["hubs_sampled"]
     entities = [{**keys[s["id"]], "score": round(s["score"], 6),
                  "evidence": {"shared_neighbours": sorted(keys[z]["key"] for z in s["shared"]),
                               "shared": len(s["shared"]), "degree": s["degree"],
                               "seed_degree": s["seed_degree"]}}
                 for s in scored]
     return sorted(entities, key=lambda e: (-e["score"], e["key"]))
+
+
+def _want(request: SearchRequest) -> int:
+    """How many candidates the page needs (offset + k)."""
+    return _DECLARED["k"].value(request.params) + _DECLARED["offset"].value(request.params)
 
 
 def _neighbours(adj, conn, seed, types, direction, request, details) -> list[dict]:

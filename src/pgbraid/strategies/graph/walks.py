@@ -12,9 +12,11 @@ similar (Jaccard, cosine, Adamic-Adar over shared neighbours):
      (a hub's edges are not read: at 1M edges one hub has 100k of them, and a
      shared hub is weak evidence, ~1/ln(degree) in Adamic-Adar);
   3. candidates: whoever points at a non-hub neighbour (of ``candidate_type``);
-  4. each candidate's own neighbours, in full: shared sets, degrees and scores are
+  4. when that gives fewer than k candidates, the hubs' heaviest edges bring more
+     (max(k, cap / hubs) of each: a sample of the hubs' neighbours, the trace says so);
+  5. each candidate's own neighbours, in full: shared sets, degrees and scores are
      exact, hubs included. Only candidates that share *nothing but hubs* with the
-     seed are not considered; the trace names the hubs and their degree bound.
+     seed (beyond that sample) are not considered; the trace names the hubs.
   With no hub among N(s) the answer is the exact one (tested against a
   plain-Python reference: ``reference.py``).
 
@@ -37,6 +39,10 @@ class Adjacency(Protocol):
     def lists(self, ids: list[int], direction: str, types: list[str],
               of_type: str | None = None) -> Lists:
         """Each id's neighbours (only those of vertex type ``of_type`` when given)."""
+
+    def profiles(self, ids: list[int], direction: str, types: list[str], of_type: str | None,
+                 among: set[int]) -> dict[int, tuple[int, set[int]]]:
+        """Each id's number of neighbours (of ``of_type``) and those of them in ``among``."""
 
     def counts(self, ids: list[int], direction: str, types: list[str],
                cap: int | None) -> dict[int, int]:
@@ -62,7 +68,7 @@ def heaviest_first(rows) -> dict[int, list[tuple[int, str]]]:
 REVERSE = {"out": "in", "in": "out", "both": "both"}
 
 
-def similar(adj: Adjacency, seed: int, types: list[str], direction: str, *, cap: int,
+def similar(adj: Adjacency, seed: int, types: list[str], direction: str, *, cap: int, want: int,
             neighbour_type: str | None, candidate_type: str, measure: str) -> tuple[list[dict], dict]:
     """Scored candidates (id, score, shared ids, degree, seed degree) and trace details."""
     mine = adj.lists([seed], direction, types, neighbour_type).get(seed, set())
@@ -70,25 +76,34 @@ def similar(adj: Adjacency, seed: int, types: list[str], direction: str, *, cap:
     hubs = {z: n for z, n in degrees.items() if n > cap}
     followed = sorted(mine - hubs.keys())
     pointing = adj.lists(followed, REVERSE[direction], types) if followed else {}
-    found = sorted({c for z in followed for c in pointing.get(z, ())} - {seed})
-    kinds = adj.types_of(found) if found else {}
-    candidates = [c for c in found if kinds.get(c) == candidate_type]
-    theirs = adj.lists(candidates, direction, types, neighbour_type) if candidates else {}
+    candidates = _of_type(adj, {c for z in followed for c in pointing.get(z, ())} - {seed},
+                          candidate_type)
+    sampled = len(candidates) < want and bool(hubs)
+    if sampled:  # too few through non-hubs: a share of cap over the hubs' heaviest edges
+        share = max(want, cap // len(hubs))
+        through = adj.heaviest(sorted(hubs), REVERSE[direction], types, share)
+        more = {c for z in hubs for c, _ in through.get(z, [])[:share]} - {seed} - set(candidates)
+        candidates = sorted(set(candidates) | set(_of_type(adj, more, candidate_type)))
+    theirs = adj.profiles(candidates, direction, types, neighbour_type, mine) if candidates else {}
     zdeg = {z: len(pointing.get(z, ())) for z in followed}
     if measure == "adamic-adar" and hubs:
         zdeg.update(adj.counts(sorted(hubs), REVERSE[direction], types, None))
     scored = []
     for c in candidates:
-        shared = theirs.get(c, set()) & mine
-        degree = len(theirs.get(c, ()))
+        degree, shared = theirs.get(c, (0, set()))
         value = {"jaccard": lambda: len(shared) / (len(mine) + degree - len(shared)),
                  "cosine": lambda: len(shared) / math.sqrt(len(mine) * degree),
                  "adamic-adar": lambda: sum(1.0 / math.log(zdeg[z]) for z in shared
                                             if zdeg.get(z, 0) > 1)}[measure]()
         scored.append({"id": c, "score": value, "shared": sorted(shared), "degree": degree,
                        "seed_degree": len(mine)})
-    details = {"candidates": len(candidates), "hubs": hubs}
+    details = {"candidates": len(candidates), "hubs": hubs, "hubs_sampled": sampled}
     return scored, details
+
+
+def _of_type(adj: Adjacency, found: set[int], candidate_type: str) -> list[int]:
+    kinds = adj.types_of(sorted(found)) if found else {}
+    return sorted(c for c in found if kinds.get(c) == candidate_type)
 
 
 def neighbours(adj: Adjacency, seed: int, types: list[str], direction: str, *, hops: int,
