@@ -80,7 +80,7 @@ def similar(adj: Adjacency, seed: int, types: list[str], direction: str, *, cap:
                           candidate_type)
     sampled = len(candidates) < want and bool(hubs)
     if sampled:  # too few through non-hubs: a share of cap over the hubs' heaviest edges
-        share = max(want, cap // len(hubs))
+        share = max(want, cap // len(hubs)) + 1  # + 1: the seed is one of them
         through = adj.heaviest(sorted(hubs), REVERSE[direction], types, share)
         more = {c for z in hubs for c, _ in through.get(z, [])[:share]} - {seed} - set(candidates)
         candidates = sorted(set(candidates) | set(_of_type(adj, more, candidate_type)))
