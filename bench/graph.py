@@ -97,7 +97,7 @@ def _entities(details: dict) -> list[tuple]:
 
 
 def _reference_answer(ref: Reference, ids: dict, seed: str, params: dict):
-    types = set(params.get("edge_types") or [params["edge_type"]])
+    types = set(params.get("edge_types") or [params["edge_type"]])  # the cases name them
     if params["mode"] == "similar":
         return [(v.split(":", 1)[1], round(s, 6)) for v, s, _ in ref.similar(
             seed, types, neighbour_type=params.get("neighbour_type"))[:params.get("k", 10)]]
@@ -144,6 +144,12 @@ def case(client, pipeline: str, seeds: list[str], vtype: str, params: dict, ref:
 
 
 def _row(label: str, result: dict, engines: tuple[str, ...]) -> list:
+    row = _cells(label, result, engines)
+    console.print(" | ".join(str(c) for c in row))  # as it comes: a long run shows progress
+    return row
+
+
+def _cells(label: str, result: dict, engines: tuple[str, ...]) -> list:
     row = [label, result["n"]]
     for engine in ("pgbraid", "age", "reference"):
         if engine in result["times"]:
@@ -186,7 +192,7 @@ def synthetic_cases(client, engines) -> list[list]:
     seeds = [str(i) for i in range(2_500, 100_000, 5_000)]  # 20, none of them a hub
     hubs = [str(i) for i in range(5)]
     similar = {"mode": "similar", "edge_type": "links", "k": 10}
-    walk = {"mode": "neighbours", "hops": 2, "k": 1000}
+    walk = {"mode": "neighbours", "edge_types": ["links"], "hops": 2, "k": 1000}
     return [
         _row("1M edges: similar (jaccard), defaults (hubs: > 1,000 edges)",
              case(client, SYNTHETIC, seeds, "node", similar, ref, ids, engines), engines),
