@@ -178,11 +178,9 @@ def test_planner_weighs_questions_and_names():
     assert "fuzzy" in [l.strategy for l in name.legs]
 
 
-def test_short_keywords_get_a_half_weight_fuzzy_leg():
-    legs = {l.strategy: l.weight for l in plan("mircosoft sharepoint").legs}
-    assert legs == {"bm25": 1.0, "similarity": 1.0, "fuzzy": 0.5}
-    longer = plan("remote code execution in the mail server")
-    assert "fuzzy" not in [l.strategy for l in longer.legs]
+def test_only_names_get_a_fuzzy_leg():
+    assert "fuzzy" in [l.strategy for l in plan("Mircosoft Sharepoint").legs]
+    assert "fuzzy" not in [l.strategy for l in plan("mircosoft sharepoint").legs]
 
 
 def test_fuzzy_leads_only_when_a_word_is_missing_and_no_weights_are_given():
@@ -220,3 +218,11 @@ def test_auto_finds_a_product_with_a_typo_in_each_word(client, kev, typed):
     assert "likely misspelled" in response.trace.fusion["plan"]["reasons"][-1]
     fuzzy = next(e for e in response.trace.retrievers if e.retriever == "fuzzy")
     assert fuzzy.status == "ran" and fuzzy.hits > 0
+    followed = "a fuzzy leg ran after the others" in " ".join(
+        response.trace.fusion["plan"]["reasons"])
+    assert followed == typed.islower()  # capitalised: planned; lowercase: after bm25 showed it
+
+
+def test_a_known_lowercase_query_runs_no_fuzzy_leg(client, kev):
+    response = client.search(kev, "remote code execution", type="auto", params={"k": 3})
+    assert "fuzzy" not in [e.retriever for e in response.trace.retrievers]

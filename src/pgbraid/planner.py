@@ -12,9 +12,10 @@ The auto planner, from the query's shape to a mix of strategies and weights:
   exact ``fulltext`` leg over the identifiers, and promote hits that contain
   them verbatim;
 - natural-language questions weigh ``similarity``;
-- short capitalised names add ``fuzzy``, other short keyword queries add it
-  at half weight; when bm25 then finds a query word nowhere in scope (df 0: a
-  likely misspelling), fuzzy's ranking leads the fused list (``leader``);
+- short capitalised names add ``fuzzy``; when bm25 then finds a query word
+  nowhere in scope (df 0: a likely misspelling), other short queries get a
+  fuzzy leg after the others (``follow_up``) and fuzzy's ranking leads the
+  fused list (``leader``);
 - a known entity name adds ``graph`` when the pipeline has a graph.
 The plan and the reasons are reported in the trace.
 """
@@ -37,7 +38,6 @@ PLANNABLE = {"hybrid": ("bm25", "similarity", "fuzzy"),
              "auto": ("fulltext", "bm25", "similarity", "fuzzy", "graph")}
 """What a plan without params.strategies may run."""
 DEFAULT_DEPTH = 50
-SHORT_QUERY_WORDS = 4
 MAX_DEPTH = 1000
 
 IDENTIFIERS = {
@@ -142,10 +142,30 @@ def plan(query: str, *, graph: bool = False) -> Plan:
         if graph:
             legs.append(Leg("graph", 1.0))
             reasons.append("a graph exists: graph finds the entity's relationships")
-    elif len(words) <= SHORT_QUERY_WORDS and len(query.split()) <= SHORT_QUERY_WORDS:
-        legs.append(Leg("fuzzy", 0.5))
-        reasons.append("short keywords: a fuzzy leg at half weight in case of a misspelling")
     return Plan(legs, reasons)
+
+
+def follow_up(request: SearchRequest, chosen: Plan, missing: list[str]) -> Leg | None:
+    """A fuzzy leg for auto's short query that its legs showed to be misspelled.
+
+    Query words that bm25 found in no fragment in scope (``missing``; its df is
+    scoped) are likely misspelled. A short query without a fuzzy leg (not
+    capitalised: "pulbic storage") gets one then, run after the others in the
+    same snapshot; every other query pays nothing for it (fuzzy rechecks whole
+    texts, slow on long fragments).
+    """
+    words = request.query.split()
+    if (request.type != "auto" or not missing or request.params.get("strategies")
+            or any(leg.strategy == "fuzzy" for leg in chosen.legs)
+            or not any(leg.strategy == "bm25" for leg in chosen.legs)
+            or not 1 <= len(words) <= 6 or QUESTION.match(request.query.strip())
+            or request.query.strip().endswith("?")):
+        return None
+    leg = Leg("fuzzy", 1.0)
+    chosen.legs.append(leg)
+    chosen.reasons.append("a short query with words found in no fragment in scope: "
+                          "a fuzzy leg ran after the others")
+    return leg
 
 
 def leader(request: SearchRequest, chosen: Plan, missing: list[str]) -> str | None:

@@ -139,7 +139,7 @@ def _check_duplicates(load: GraphLoad) -> None:
 
 
 def _version(conn: psycopg.Connection, pipeline_id: int) -> int:
-    """The pipeline's graph version (bumped by triggers on every write: migration 015)."""
+    """The pipeline's graph version (bumped by triggers on every write: migration 021)."""
     row = conn.execute("SELECT version FROM pgbraid.graph_versions WHERE pipeline_id = %s",
                        (pipeline_id,)).fetchone()
     return row[0] if row else 0
