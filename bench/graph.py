@@ -166,8 +166,8 @@ def _cells(label: str, result: dict, engines: tuple[str, ...]) -> list:
     return row
 
 
-COLUMNS = ["query", "seeds", "native p50", "p95", "AGE p50", "p95", "Python p50", "p95",
-           "AGE / native", "native = ref", "AGE = ref", "AGE = native", "entities", "capped"]
+COLUMNS = ["query", "seeds", "native p50", "native p95", "AGE p50", "AGE p95", "Python p50",
+           "Python p95", "AGE / native", "native = ref", "AGE = ref", "AGE = native", "entities", "capped"]
 
 
 def attack_cases(client, engines) -> list[list]:
