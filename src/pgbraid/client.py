@@ -16,12 +16,14 @@ from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
+from .ingest import quarantine
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
-from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
+from .models import (DEFAULT_CLASSIFICATION, PipelineInfo, SearchResponse, check_text, number, parse_as_of,
                      parse_classifications, parse_version, printable, validate_document_id,
                      validate_name)
-from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
+from .scope import (ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal,
+                    resolve_classifications)
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
@@ -184,6 +186,27 @@ class Client:
         with self._session() as conn:
             version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
         return {"document_id": document_id, "expired_version": version}
+
+    def quarantine_document(self, pipeline: str, document_id: str, *,
+                            reason: str | None = None) -> dict[str, Any]:
+        """Withhold a document from every search until released (write); idempotent."""
+        return self._quarantine(pipeline, document_id, True, reason)
+
+    def release_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Lift a quarantine: the document searches exactly as before it (write)."""
+        return self._quarantine(pipeline, document_id, False, None)
+
+    def _quarantine(self, pipeline: str, document_id: str, quarantined: bool,
+                    reason: str | None) -> dict[str, Any]:
+        """Every quarantine change, both ways (ingest/quarantine.py)."""
+        self.principal.require(pipeline, "write")
+        reason = quarantine.check(document_id, quarantined, reason)
+        bound = self.principal.classifications
+        with self._session() as conn:
+            visible = None if bound is None else resolve_classifications(
+                conn, (*bound, DEFAULT_CLASSIFICATION))
+            return quarantine.change(conn, pipelines.get(conn, pipeline), document_id,
+                                     quarantined=quarantined, reason=reason, visible=visible)
 
     # -- reads ----------------------------------------------------------------
 

@@ -143,6 +143,12 @@ def compact(conn: psycopg.Connection, pipeline_id: int) -> int:
     return len(rows)
 
 
+def rewrite(conn: psycopg.Connection, pipeline_id: int, partition: int,
+            segments: list[int]) -> None:
+    """One new segment for ``segments`` of ``partition``, without their dead fragments."""
+    _merge(conn, pipeline_id, partition, segments)
+
+
 def _merged(conn: psycopg.Connection, pipeline_id: int, segments: list[int]) -> tuple[dict, int]:
     """The segments' postings per term, without dead fragments, sorted by ordinal;
     and how many dead fragments they held."""
