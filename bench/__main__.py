@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from . import contention, fuzzy, graph, history, hybrid, lexical, load, vector
+from . import contention, fuzzy, graph, history, hybrid, lexical, load, quarantine, vector
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "contention", "load", "all"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "quarantine", "contention", "load", "all"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     args = parser.parse_args()
@@ -25,6 +25,8 @@ def main() -> None:
         graph.run(quick=args.quick)
     if args.suite in ("history", "all"):
         history.run(quick=args.quick)
+    if args.suite in ("quarantine", "all"):
+        quarantine.run(quick=args.quick)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
     if args.suite == "contention":  # not in "all": it measures latency under load, not speed

@@ -19,11 +19,10 @@ from .errors import InvalidRequest, NotEnabled
 from .ingest import quarantine
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
-from .models import (DEFAULT_CLASSIFICATION, PipelineInfo, SearchResponse, check_text, number, parse_as_of,
+from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
                      parse_classifications, parse_version, printable, validate_document_id,
                      validate_name)
-from .scope import (ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal,
-                    resolve_classifications)
+from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
@@ -201,12 +200,10 @@ class Client:
         """Every quarantine change, both ways (ingest/quarantine.py)."""
         self.principal.require(pipeline, "write")
         reason = quarantine.check(document_id, quarantined, reason)
-        bound = self.principal.classifications
         with self._session() as conn:
-            visible = None if bound is None else resolve_classifications(
-                conn, (*bound, DEFAULT_CLASSIFICATION))
             return quarantine.change(conn, pipelines.get(conn, pipeline), document_id,
-                                     quarantined=quarantined, reason=reason, visible=visible)
+                                     quarantined=quarantined, reason=reason,
+                                     bound=self.principal.classifications)
 
     # -- reads ----------------------------------------------------------------
 

@@ -187,13 +187,13 @@ def retire(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
     conn.execute(_RETIRE, {"pipeline": pipeline_id, "version": version_id})
 
 
-# The segments holding the postings of a version's retired fragments.
+# The version's retired fragments with postings: the segment holding them, their terms.
 _HOLDING = """
-SELECT DISTINCT d.partition_id, d.segment
+SELECT d.partition_id, d.segment, f.bm25_ordinal, f.bm25_terms
 FROM pgbraid.fragments f
 JOIN pgbraid.bm25_dead d ON d.pipeline_id = f.pipeline_id AND d.ordinal = f.bm25_ordinal
 WHERE f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s AND d.segment IS NOT NULL
-ORDER BY d.segment
+ORDER BY d.segment, f.bm25_ordinal
 """
 
 _FORWARD = """
@@ -217,12 +217,16 @@ WHERE s.pipeline_id = %(pipeline)s AND s.segment = g.segment
 
 def evict(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
     """A version's fragments stop counting (``retire``) and their postings go at once:
-    each segment holding one is rewritten without them, so no list a query reads
-    holds a posting of theirs (the trace's posting counts included)."""
+    each segment holding one is replaced by one without them (``bm25_merge.excise``),
+    so no list a query reads holds a posting of theirs (the trace's counts included)."""
     retire(conn, pipeline_id, version_id)
-    held = conn.execute(_HOLDING, {"pipeline": pipeline_id, "version": version_id}).fetchall()
-    for partition, segment in held:
-        bm25_merge.rewrite(conn, pipeline_id, partition, [segment])
+    held: dict[tuple[int, int], tuple[list[int], set[str]]] = defaultdict(lambda: ([], set()))
+    for partition, segment, ordinal, terms in conn.execute(
+            _HOLDING, {"pipeline": pipeline_id, "version": version_id}):
+        held[(partition, segment)][0].append(ordinal)
+        held[(partition, segment)][1].update(terms)
+    for (partition, segment), (ordinals, terms) in sorted(held.items()):
+        bm25_merge.excise(conn, pipeline_id, partition, segment, ordinals, sorted(terms))
 
 
 def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:

@@ -32,8 +32,9 @@ from typing import Any
 import psycopg
 
 from ..errors import InvalidRequest, NotFound
-from ..models import check_text, shown, validate_document_id
+from ..models import DEFAULT_CLASSIFICATION, check_text, shown, validate_document_id
 from ..pipelines import Pipeline
+from ..scope import resolve_classifications
 from . import bm25_index
 
 MAX_REASON_CHARS = 1000
@@ -78,11 +79,13 @@ def check(document_id: Any, quarantined: bool, reason: Any) -> str | None:
 
 def change(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
            quarantined: bool, reason: str | None = None,
-           visible: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Quarantine (``quarantined``) or release a document; ``visible``: the
-    classifications whose documents the caller may name (None: all)."""
+           bound: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Quarantine (``quarantined``) or release a document, for a caller who may hold
+    ``bound`` classifications (None: any) and so name the documents they show."""
     reason = check(document_id, quarantined, reason)
     bm25_index.lock(conn, pipeline.id)
+    visible = None if bound is None else resolve_classifications(
+        conn, (*bound, DEFAULT_CLASSIFICATION))
     row = conn.execute(_DOCUMENT, {"pipeline": pipeline.id, "id": document_id,
                                    "all": visible is None, "visible": list(visible or ())}
                        ).fetchone()
