@@ -4,11 +4,13 @@ SciFact's abstracts (one fragment each, no embedder: the figures are the
 database's) in one pipeline, ingested in one call (one BM25 segment). Then,
 interleaved document by document: quarantine + release of one abstract, and
 delete + re-ingest of another (the peer: taking a document out and putting it
-back through expiry). Quarantine rewrites the segment holding the document's
-postings (so no dead posting of it is left for a query to read), so its cost
-grows with that segment; release writes the document's postings again. The
-bm25 query latency (SciFact test claims) is measured before and after, paired
-per query.
+back through expiry). Quarantine replaces the segment holding the document's
+postings by one without them (so no dead posting of it is left for a query to
+read), so its cost grows with that segment; release writes the document's
+postings again. Then quarantine's eviction three ways, in rotating order:
+moving the segment's rows (UPDATE, shipped), copying them (INSERT ... SELECT),
+and a merge of the segment through Python. The bm25 query latency (SciFact
+test claims) with nothing and with 12 documents quarantined, alternating.
 """
 
 from __future__ import annotations
@@ -16,7 +18,35 @@ from __future__ import annotations
 import json
 import statistics
 
+from contextlib import contextmanager
+
+from pgbraid.ingest import bm25_merge
+
 from .common import DATA, connect, console, percentiles, read_jsonl, table, timed
+
+# The shipped eviction, and the two it was chosen over (same statements otherwise).
+_INSERT_COPY = """
+INSERT INTO pgbraid.bm25_postings
+    (pipeline_id, partition_id, segment, term, postings, ordinals, tfs, lengths)
+SELECT pipeline_id, partition_id, %(new)s, term, postings, ordinals, tfs, lengths
+FROM pgbraid.bm25_postings
+WHERE pipeline_id = %(pipeline)s AND segment = %(old)s AND term <> ALL(%(terms)s::text[])
+"""
+
+
+@contextmanager
+def _variant(name: str):
+    """Evict with: "update" (shipped), "insert" (copy rows), "merge" (rewrite in Python)."""
+    move, excise = bm25_merge._MOVE_POSTINGS, bm25_merge.excise
+    if name == "insert":
+        bm25_merge._MOVE_POSTINGS = _INSERT_COPY
+    elif name == "merge":
+        bm25_merge.excise = lambda conn, pipeline, partition, segment, *_: bm25_merge._merge(
+            conn, pipeline, partition, [segment])
+    try:
+        yield
+    finally:
+        bm25_merge._MOVE_POSTINGS, bm25_merge.excise = move, excise
 
 ROUNDS = 12
 QUERIES = 100
@@ -57,6 +87,19 @@ def run(quick: bool = False) -> None:
             times["delete"].append(timed(lambda: client.delete_document(name, gone["id"])))
             times["release"].append(timed(lambda: client.release_document(name, held["id"])))
             times["re-ingest"].append(timed(lambda: client.ingest(name, [gone])))
+        variants: dict[str, list[float]] = {"update": [], "insert": [], "merge": []}
+        for i in range(ROUNDS // 2):  # rotating order: drift weighs on each alike
+            names = list(variants)[i % 3:] + list(variants)[:i % 3]
+            for j, variant in enumerate(names):
+                doc_id = docs[(2 * i) * step + 1 + j]["id"]
+                with _variant(variant):
+                    variants[variant].append(
+                        timed(lambda: client.quarantine_document(name, doc_id)))
+                client.release_document(name, doc_id)
+        shipped = variants["update"]
+        table("quarantine's eviction, paired (ms)", ["variant", "p50", "p95", "p50 / update"],
+              [[v, *percentiles(t), statistics.median(t) / statistics.median(shipped)]
+               for v, t in variants.items()])
         held_ids = [docs[(2 * i) * step]["id"] for i in range(ROUNDS)]
         before: list[float] = []
         after: list[float] = []
