@@ -26,7 +26,7 @@ import psycopg
 from . import documents, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
 from .errors import Forbidden, NotEnabled, PgbraidError
-from .fusion import Fused, fuse, promote
+from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
                      StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
 from .pipelines import Pipeline
@@ -104,6 +104,11 @@ class Engine:
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
                 legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
+                extra = planner.follow_up(request, plan, _missing(legs))
+                if extra is not None:
+                    leg = Leg(extra, planner.leg_request(request, extra))
+                    self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
+                    legs.append(leg)
             else:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
@@ -237,8 +242,9 @@ class Engine:
         method = request.params.get("fusion", "rrf")
         rrf_k = request.params.get("rrf_k", 60)
         by_document = request.group_by == "document"
-        fused = promote(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
-                             by_document=by_document), plan.identifiers)
+        fused = promote(lead(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
+                                  by_document=by_document),
+                             planner.leader(request, plan, _missing(legs))), plan.identifiers)
         hits = [_hit(item.row, rank, round(item.score, 8), item)
                 for rank, item in enumerate(fused[page.offset:page.offset + request.k],
                                             start=page.offset + 1)]
@@ -344,6 +350,14 @@ def _group(rows: list[Row], k: int) -> list[Row]:
             seen.add(row.document_id)
             kept.append(row)
     return kept[:k]
+
+
+def _missing(legs: list[Leg]) -> list[str]:
+    """The query terms the bm25 leg found in no fragment in scope (its df is scoped)."""
+    for leg in legs:
+        if leg.plan.strategy == "bm25" and leg.entry.status == "ran":
+            return [t["term"] for t in leg.entry.details.get("terms", ()) if t["df"] == 0]
+    return []
 
 
 def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str, float],
