@@ -140,3 +140,19 @@ def test_cli_quarantine_release_and_search_as_of_and_cursor(data_dir, tenant, st
                                         "bm25", "--k", "1", "--params", '{"offset": 0}')
     bad = json.loads(cli(env, "search", stocked, "x", "--as-of", "yesterday", "--json", code=2))
     assert bad["error"]["code"] == "invalid_request"
+
+
+def test_each_change_is_audited_once_and_a_refusal_too(served, tenant, stocked):
+    tenant.quarantine_document(stocked, "d2", reason="poisoned")
+    tenant.quarantine_document(stocked, "d2")  # no change: nothing to record
+    tenant.release_document(stocked, "d2")
+    reader = served.client(key(tenant, "read", "execute"))
+    assert reader.post(f"/pipelines/{stocked}/documents/d2/quarantine").status_code == 403
+    events = [e for e in reversed(tenant.audit()) if e["action"].startswith(("document.q",
+                                                                             "document.r",
+                                                                             "access"))]
+    assert [(e["action"], e["target"], e["detail"]) for e in events[:2]] == [
+        ("document.quarantine", f"{stocked}/d2", {"reason": "poisoned"}),
+        ("document.release", f"{stocked}/d2", {})]
+    assert events[2]["action"] == "access.denied"
+    assert events[2]["detail"]["operation"] == "quarantine_document"

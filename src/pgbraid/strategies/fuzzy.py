@@ -16,6 +16,11 @@ trigrams, so a fixed 0.5 found nothing for 7 % of such names on the bench's
 5,608 companies while 0.3 ranked the right one first in 98 %; widening only
 when the list is short keeps every list that 0.5 fills as it was. A threshold
 given in the request is used as given.
+
+On an encrypted pipeline the text and title are sealed; the score is
+``word_similarity(query, words)`` over the fragment's distinct words (sorted,
+lower-cased: ``fragments.words``, its own trigram index), ties broken by their
+whole ``similarity``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
+from .. import encryption
 from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
@@ -40,11 +46,9 @@ MAX_QUERY_CHARS = 500
 # Score candidates on fragments alone, then join the k best for their columns.
 _SEARCH = """
 SELECT {columns}, c.score
-FROM (SELECT f.id,
-             greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s)) AS score,
-             similarity(f.body, %(query)s) AS whole
+FROM (SELECT f.id, {score} AS score, {whole} AS whole
       FROM pgbraid.fragments f
-      WHERE {scope} AND (f.body %%> %(query)s OR f.title %% %(query)s)
+      WHERE {scope} AND {match}
       ORDER BY score DESC, whole DESC, f.id
       LIMIT %(k)s) AS c
      JOIN pgbraid.fragments f ON f.id = c.id
@@ -52,6 +56,14 @@ FROM (SELECT f.id,
      JOIN pgbraid.documents d ON d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
+# (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
+_TEXT = ("greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s))",
+         "similarity(f.body, %(query)s)",
+         "f.key_id IS NULL AND (f.body %%> %(query)s OR f.title %% %(query)s)")
+# An encrypted pipeline's text and title are sealed: its fragments' distinct words
+# (title, heading and text; encryption.distinct_words) stand in for both.
+_WORDS = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
+          "f.words IS NOT NULL AND f.words %%> %(query)s")
 
 
 class Fuzzy(Strategy):
@@ -75,10 +87,11 @@ class Fuzzy(Strategy):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         threshold = self.param(request, "threshold")
-        rows = _search(conn, request.query, scope, k, threshold)
+        columns = _WORDS if encryption.encrypted(pipeline) else _TEXT
+        rows = _search(conn, request.query, scope, k, threshold, columns)
         details: dict[str, Any] = {"threshold": threshold}
         if len(rows) < k and request.params.get("threshold") is None:
-            rows = _search(conn, request.query, scope, k, WIDENED_THRESHOLD)
+            rows = _search(conn, request.query, scope, k, WIDENED_THRESHOLD, columns)
             details.update(threshold=WIDENED_THRESHOLD,
                            widened=f"fewer than {k} fragments reached {threshold}")
             threshold = WIDENED_THRESHOLD
@@ -90,11 +103,14 @@ class Fuzzy(Strategy):
 
 
 def _search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
-            threshold: float) -> list[Row]:
+            threshold: float, columns: tuple[str, str, str]) -> list[Row]:
     conn.execute("SELECT set_config('pg_trgm.similarity_threshold', %(t)s, true),"
                  " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
                  {"t": str(threshold)})
     where, params = scope.where("f")
-    statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+    score, whole, match = columns
+    statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
+                                        score=sql.SQL(score), whole=sql.SQL(whole),
+                                        match=sql.SQL(match))
     with conn.cursor(row_factory=class_row(Row)) as cur:
         return cur.execute(statement, {**params, "query": query, "k": k}).fetchall()
