@@ -283,3 +283,22 @@ def test_bm25_with_quarantined_documents_equals_a_pipeline_that_never_had_them(c
     assert _answers(client, full, queries) == _answers(client, never, queries)
     for name in (full, never):
         client.delete_pipeline(name)
+
+
+def test_an_encrypted_pipeline_quarantines_and_releases_alike(client):
+    name = f"qe-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none", encrypt=True)
+    client.ingest(name, OTHERS + [TARGET])
+    walk = [{"type": t, "query": QUERY, "params": {"k": 5}} for t in ("bm25", "fulltext", "fuzzy")]
+    before = [client.search(name, **r).model_dump(mode="json") for r in walk]
+    assert all("q1" in {h["document_id"] for h in b["hits"]} for b in before[:2])
+    client.quarantine_document(name, "q1", reason="review")
+    for request in walk:
+        hits = client.search(name, **request).hits
+        assert "q1" not in {h.document_id for h in hits} and len(hits) == 5, request
+    shown = client.document(name, "q1")  # the reviewer reads it, opened
+    assert shown["quarantined"] and shown["text"] == TARGET["text"]
+    client.release_document(name, "q1")
+    assert [plain(client.search(name, **r).model_dump(mode="json")) for r in walk] == [
+        plain(b) for b in before]
+    client.delete_pipeline(name)
