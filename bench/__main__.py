@@ -11,7 +11,7 @@ import argparse
 import importlib
 import pkgutil
 
-from . import contention, crypto, fuzzy, graph, history, hybrid, lexical, load, plots, quarantine, vector
+from . import contention, crypto, fuzzy, graph, history, hybrid, lexical, live, load, plots, quarantine, vector
 from .common import ROOT, console
 
 
@@ -34,7 +34,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "quarantine", "contention", "load", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "quarantine", "contention", "load", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     args = parser.parse_args()
@@ -58,6 +58,8 @@ def main() -> None:
         history.run(quick=args.quick)
     if args.suite in ("crypto", "all"):
         crypto.run(quick=args.quick)
+    if args.suite in ("live", "all"):
+        live.run(queries=50 if args.quick else 150)
     if args.suite in ("quarantine", "all"):
         quarantine.run(quick=args.quick)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server

@@ -9,7 +9,9 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import audit, embedders, encryption, grounding, pipelines, rotation, sources
+from . import audit, embedders, encryption, grounding, live as live_fetch, pipelines, rotation, sources
+from .live import search as live_search
+from .live.admin import LiveSources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -33,7 +35,7 @@ ANALYZE_AFTER = 1_000
 
 
 @audit.audits_denials
-class Client(TenantAdmin):
+class Client(TenantAdmin, LiveSources):
     """A principal's handle on pgbraid: pipelines, ingestion, search, document reads.
 
     Every call acts as ``principal`` (by default the local process, its tenant's
@@ -105,13 +107,15 @@ class Client(TenantAdmin):
     # -- pipelines ------------------------------------------------------------
 
     def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
-                        encrypt_metadata: Iterable[str] | None = None,
+                        encrypt_metadata: Iterable[str] | None = None, live: Any = None,
                         **options: Any) -> PipelineInfo:
         """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
-        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py)."""
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py);
+        ``live``: a live source (live.LiveSource or its dict)."""
         self.principal.require_tenant_admin("creating a pipeline")
         options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
+        source = live_fetch.parse(live) if live is not None else None
         dimension = None
         if chosen:
             self._db.open()
@@ -121,6 +125,8 @@ class Client(TenantAdmin):
             dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
         with self._session() as conn:
             pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+            if source is not None:
+                pipelines.set_setting(conn, name, "live", source.model_dump(mode="json"))
             audit.record(conn, self.principal, "pipeline.create", name,
                          {"embedder": chosen, **{k: str(v) for k, v in options.items()}})
         if chosen:
@@ -167,8 +173,8 @@ class Client(TenantAdmin):
             target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
-            report = ingest(self._session, target, items(source, fields), embedder=embedder,
-                            on_error=on_error, progress=progress)
+            report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
+                            embedder=embedder, on_error=on_error, progress=progress)
         except BaseException as exc:  # batches before the error are written: say so
             audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
                                  {"error": type(exc).__name__})
@@ -222,7 +228,7 @@ class Client(TenantAdmin):
         body = dict(request)
         if query is not None:
             body["query"] = query
-        return self.engine.search(self.principal, pipeline, body)
+        return live_search.search(self, pipeline, body)
 
     def document(self, pipeline: str, document_id: str, *, version: int | None = None,
                  as_of: Any = None, classification: Any = None) -> dict[str, Any]:

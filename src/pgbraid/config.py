@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     encryption_key_file: Path | None = None
     """A key file (one base64 key a line, the current one first, mode 0600). Default: an
     embedded server's ``<data dir>/encryption.keys``, created on first use."""
+    mcp: bool = False
+    """Set by ``pgbraid serve --mcp`` for its workers: serve MCP (streamable HTTP) at /mcp."""
     no_auth: bool = False
     """Set by ``pgbraid serve --no-auth`` for its workers: every request from loopback acts
     as the tenant's admin. Not meant to be set by hand."""

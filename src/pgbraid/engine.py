@@ -85,6 +85,12 @@ class Engine:
 
     def search(self, principal: Principal, pipeline_name: str,
                body: dict[str, Any] | SearchRequest) -> SearchResponse:
+        return self.search_in(principal, pipeline_name, body)[0]
+
+    def search_in(self, principal: Principal, pipeline_name: str,
+                  body: dict[str, Any] | SearchRequest) -> tuple[SearchResponse, Pipeline | None]:
+        """The search and the pipeline it ran in (None for a plan that touches no
+        database): live fetch reads the pipeline's settings from the same snapshot."""
         asked = self.parse(body)
         page = paging.open_page(asked, self.max_k)
         principal.require(pipeline_name, "read", "execute")
@@ -94,7 +100,7 @@ class Engine:
             legs = [Leg(leg, planner.single_request(asked)) for leg in plan.legs]
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
-            return self._respond(pipeline_name, asked, plan, legs, page, started)
+            return self._respond(pipeline_name, asked, plan, legs, page, started), None
         context = self.context_with_extensions()
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
@@ -116,8 +122,8 @@ class Engine:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
             response = self._respond(pipeline.name, request, plan, legs, page, started, pipeline)
-            return self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
-                                pipeline)
+            return (self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
+                                 pipeline), pipeline)
 
     def _finish(self, conn: psycopg.Connection, asked: SearchRequest, plan: planner.Plan,
                 legs: list[Leg], page: paging.Page, scope: Scope, response: SearchResponse,
