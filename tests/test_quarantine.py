@@ -154,11 +154,12 @@ def test_every_search_answers_k_hits_none_quarantined_then_release_restores(data
         assert observe(admin, pipeline, drop) == observe(admin, never, drop)
 
         again = admin.quarantine_document(pipeline, "q1", reason="another reason")
-        assert again == {**state, "changed": False}  # idempotent: the first reason stands
+        assert again == {**state, "changed": False, "lsn": again["lsn"]}  # the first reason stands
 
         released = admin.release_document(pipeline, "q1")
         assert released == {"document_id": "q1", "quarantined": False, "reason": None,
-                            "quarantined_at": None, "changed": True}
+                            "quarantined_at": None, "changed": True, "lsn": released["lsn"]}
+        assert "/" in released["lsn"]  # a WAL position, for a replica search's min_lsn
         assert observe(admin, pipeline) == seen_before
         assert admin.release_document(pipeline, "q1")["changed"] is False
 

@@ -59,7 +59,7 @@ def test_quarantine_and_release_over_http(served, tenant, stocked):
     assert reader.get(base).status_code == 404  # as if it did not exist
     assert writer.get(base).json()["quarantine_reason"] == "leaked secret"
     again = writer.post(base + "/quarantine").json()  # no body: idempotent, reason kept
-    assert again == {**body, "changed": False}
+    assert again == {**body, "changed": False, "lsn": again["lsn"]}
     released = writer.post(base + "/release")
     assert released.status_code == 200 and released.json()["changed"] is True
     assert found(reader, stocked)[0] == "guides/intro.md"

@@ -229,7 +229,7 @@ class Client(TenantAdmin, LiveSources):
                 audit.record(conn, self.principal,
                              "document.quarantine" if quarantined else "document.release",
                              f"{pipeline}/{document_id}", {"reason": reason} if reason else None)
-        return state
+        return {**state, "lsn": self._commit_lsn()}
 
     # -- reads ----------------------------------------------------------------
 

@@ -242,6 +242,9 @@ class QuarantineOut(Out):
     quarantined_at: str | None
     changed: bool
     """False when the document already was in that state (the request changed nothing)."""
+    lsn: str | None = None
+    """The primary's WAL position after the commit: a search with it as ``min_lsn`` on a
+    read replica already leaves a quarantined document out."""
 
 
 class FragmentOut(Out):
