@@ -146,3 +146,22 @@ def test_over_http_a_public_write_key(tenant, served):
     kept = _current(tenant, "sec1")
     assert (kept["version"], kept["text"]) == (1, SECRET_TEXT)
     assert len(_denials(tenant)) >= 3
+
+
+def test_quarantine_and_release_stay_within_the_bound(tenant):
+    tenant.ingest("notes", [{"id": "mixed", "text": "public first"}])
+    tenant.ingest("notes", [{"id": "mixed", "text": "then secret", "classification": "secret"}])
+    writer = _writer(tenant, "public")
+    for call in (lambda: writer.quarantine_document("notes", "mixed", reason="x"),
+                 lambda: writer.release_document("notes", "mixed")):
+        with pytest.raises(Forbidden, match="outside this principal's classifications"):
+            call()
+    with pytest.raises(NotFound):  # no version it may see: as if it did not exist
+        writer.quarantine_document("notes", "sec1")
+    assert tenant.quarantine_document("notes", "mixed")["changed"]
+    with pytest.raises(Forbidden):
+        writer.release_document("notes", "mixed")
+    assert writer.quarantine_document("notes", "pub1")["changed"]
+    assert writer.release_document("notes", "pub1")["changed"]
+    operations = [e["detail"]["operation"] for e in _denials(tenant)]
+    assert sorted(operations) == ["quarantine_document", "release_document", "release_document"]
