@@ -6,7 +6,7 @@ through their hierarchy):
 
 - a record whose classifications are not all held is refused;
 - a document whose current version holds a classification outside ``held`` may
-  be neither overwritten nor deleted; content is compared only with a current
+  be neither overwritten, deleted, quarantined nor released (ingest/quarantine.py); content is compared only with a current
   version that is within ``held`` (so "unchanged" is never said of a version the
   writer could not read, and the answer is the same whatever the text);
 - document ids are unique per pipeline, so such a refusal does tell the writer
