@@ -26,6 +26,17 @@ class TenantAdmin:
             self._usage.add(row["tenant_id"], f"key:{row['id']}", "key.refused", why,
                             target=row["id"])
 
+    def require(self, pipeline: str, *permissions: str, operation: str) -> None:
+        """Refuse (Forbidden, counted in the audit log as ``operation``) unless this client's
+        principal holds ``permissions`` on ``pipeline``: a check before a request's input
+        is read (HTTP ingestion checks write before it parses the body)."""
+        try:
+            self.principal.require(pipeline, *permissions)
+        except Forbidden as exc:
+            exc.audited = True  # type: ignore[attr-defined]  (here, as the operation named)
+            audit.denied(self._usage, self.principal, exc, operation)
+            raise
+
     def note_use(self, operation: str) -> None:
         """Count one request of this client's key (audit.Usage: a row per key per minute)."""
         self._usage.add(self.tenant, self.principal, "key.use", operation)
