@@ -16,7 +16,7 @@ from .config import Settings
 from .db.database import Database
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import InvalidRequest, NotEnabled
+from .errors import InvalidRequest, NotEnabled, PayloadTooLarge
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -334,6 +334,9 @@ class Client(TenantAdmin):
         if type not in grounding.TEMPLATES:
             raise InvalidRequest(f"type must be one of {', '.join(grounding.TEMPLATES)}", field="type")
         number({"k": k}, "k", 10, 1, self.settings.max_k, integer=True, label="k")
+        if isinstance(query, str) and len(query) > grounding.MAX_VALUE_CHARS:
+            raise PayloadTooLarge(f"the query must be at most {grounding.MAX_VALUE_CHARS} "
+                                  "characters", field="query")
         _check_lookup(name, query, scope)
         with self._session() as conn:
             source = sources.get(conn, name)
