@@ -90,8 +90,10 @@ class Database:
         from .cluster import active_workers
 
         if active_workers(conn) == 0:
+            logger.error("PostgreSQL at %s is a Citus coordinator without active workers",
+                         logged_dsn(self.dsn))
             raise BackendUnavailable(
-                f"{_safe_dsn(self.dsn)} is a Citus coordinator without active workers: add "
+                "the server is a Citus coordinator without active workers: add "
                 "them (citus_add_node, or pgbraid cluster start --workers 2)")
         if not self.standby:
             migrate(conn)
