@@ -104,3 +104,23 @@ def test_healthz_answers_while_a_large_body_is_parsed(data_dir, server, tmp_path
         assert max(waits) < took / 3, (max(waits), took)
     finally:
         served.stop()
+
+
+def test_a_body_comes_after_its_key(keys, served):
+    """The key is checked before the body is read: a body over the limit with no valid
+    key is 401 (it was 413: read first), with a valid key 413."""
+    _, reader, writer = keys
+    big = b"[" + b" " * (8 << 20) + b"]"
+    for headers in ({}, {"Authorization": "Bearer pgb_" + "A" * 43},
+                    {"Authorization": f"Basic {writer['key']}"}):
+        with httpx.Client(base_url=served.url, timeout=60) as http:
+            answer = http.post("/pipelines/inbox/documents", content=big,
+                               headers={**headers, **NDJSON})
+            assert answer.status_code == 401, answer.text
+            assert answer.json()["error"]["code"] == "unauthorized"
+    with served.client(writer["key"]) as http:
+        assert http.post("/pipelines/inbox/documents", content=big,
+                         headers=NDJSON).status_code == 413
+        small = http.post("/pipelines/inbox/documents", headers=NDJSON,
+                          content=b'{"id": "k", "text": "after the key"}')
+        assert small.status_code == 200 and small.json()["added"] == 1

@@ -22,7 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..client import Client
 from ..errors import Forbidden, Unauthorized
-from .middleware import note
+from .middleware import PRINCIPAL, note
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `pgbraid keys create`.")
 
@@ -76,7 +76,9 @@ def caller(request: Request,
                                "from loopback only")
         check_local_origin(request.headers.get("host"), request.headers.get("origin"))
         return api.client
-    principal = api.client.authenticate(credentials.credentials if credentials else None)
+    principal = request.scope.get(PRINCIPAL)  # checked before the body was read
+    if principal is None:
+        principal = api.client.authenticate(credentials.credentials if credentials else None)
     note(request.scope, key_id=principal.key_id, tenant=principal.tenant)
     client = api.client.acting_as(principal)
     route = request.scope.get("route")
