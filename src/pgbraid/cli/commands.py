@@ -320,13 +320,14 @@ def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-m
     import os
 
     from .. import embedders
-    from ..embedders.server import loopback, make_server
+    from ..api.auth import is_loopback
+    from ..embedders.server import make_server
 
     with handled(False):
         if embedder not in ("minilm", "e5-multilingual"):
             raise InvalidRequest("--embedder must be minilm or e5-multilingual")
         key = os.environ.get("PGBRAID_EMBEDDINGS_KEY") or None
-        if key is None and not loopback(host):
+        if key is None and not is_loopback(host):
             raise InvalidRequest(f"--host {host} is not loopback: set PGBRAID_EMBEDDINGS_KEY "
                                  "(the bearer key clients send) to serve there", field="host")
         server = make_server(embedders.get(embedder), host, port, key=key)

@@ -15,7 +15,6 @@ it is read.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,19 +25,12 @@ MAX_INPUTS = 2048
 MAX_BODY_BYTES = 8 << 20
 
 
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def make_server(embedder: Embedder, host: str = "127.0.0.1", port: int = 8000, *,
                 key: str | None = None) -> ThreadingHTTPServer:
     """``key``: the bearer token every request must carry; without one, loopback only."""
-    if not key and not loopback(host):
+    from ..api.auth import is_loopback  # the one loopback rule (serve --no-auth's too)
+
+    if not key and not is_loopback(host):
         raise ValueError(f"the embeddings server binds {host} only with a key "
                          "(PGBRAID_EMBEDDINGS_KEY): without one, loopback only")
     lock = threading.Lock()
