@@ -11,8 +11,11 @@ appearing as the corpus grows (as in a real collection: Heaps' law), and the
 lists of common words still grow with it.
 
 Documents come in a fixed order (the same seed gives the same corpus), each
-with a size class: the first ~100k fragments are ``c1``, the next ~200k
-``c2``, the rest ``c3``. A reader holding c1 sees a 100k index, c1 and c2 a
+with a size class: the first ~103k fragments (4 copies) are ``c1``, the next
+~205k ``c2``, the rest ``c3`` (39 copies in all). Fragments are passage-sized
+(chunk_size 500: ~585 characters, ~85 tokens), as in MS MARCO, on which
+pg_textsearch published its figures; the 100k corpus of bench/lexical.py
+has ~1000-character fragments. A reader holding c1 sees a 100k index, c1 and c2 a
 300k one, all three the million: one build serves the three sizes, through
 pgbraid's BM25 partitions (one per classification set).
 """
@@ -25,7 +28,10 @@ from typing import Iterator
 
 from .common import DATA, read_jsonl
 
-SIZES = {"c1": 100_000, "c2": 300_000, "c3": 1_000_000}  # cumulative fragments per class
+# Copies (of ~25.7k fragments of ~500 characters each) up to the end of each size
+# class, cumulative.
+COPIES = {"c1": 4, "c2": 12, "c3": 39}
+CHUNK_SIZE = 500
 _WORD = re.compile(r"[A-Za-z]{4,}")
 _VOWELS = "aeiou"
 
@@ -49,7 +55,7 @@ def sources() -> list[dict]:
             docs.append({"id": f"kev/{v['cveID']}", "title": v["vulnerabilityName"],
                          "text": f"{v['vendorProject']} {v['product']}. {v['shortDescription']} "
                                  f"{v['requiredAction']}"})
-    return docs
+    return [d for d in docs if d["text"].strip()]  # two Cranfield abstracts are empty
 
 
 def _variant(word: str, rng: random.Random) -> str:
@@ -91,18 +97,29 @@ def perturb(text: str, dialect: Dialect, rng: random.Random, typos: float = 0.00
 
 
 def documents(copies: int) -> Iterator[dict]:
-    """Copy 0 is the originals; copy c >= 1 perturbs a share of words growing with c
-    (up to 40 %), with sentences shuffled where a text has several."""
+    """Copies 0 .. copies - 1 of the sources, in order."""
     pool = sources()
     for copy in range(copies):
-        rng = random.Random(copy)
-        dialect = Dialect(copy, min(0.4, 0.05 + 0.01 * copy)) if copy else None
-        for d in pool:
-            if dialect is None:
-                yield {"id": d["id"], "title": d["title"], "text": d["text"]}
-                continue
-            sentences = re.split(r"(?<=[.!?])\s+", d["text"]) if not d["id"].startswith(
-                "godot/") else [d["text"]]
-            rng.shuffle(sentences)
-            yield {"id": f"{d['id']}~{copy}", "title": perturb(d["title"], dialect, rng),
-                   "text": perturb(" ".join(sentences), dialect, rng)}
+        yield from copy_of(pool, copy)
+
+
+def copy_of(pool: list[dict], copy: int) -> Iterator[dict]:
+    """Copy 0 is the originals; copy c >= 1 perturbs a share of words growing with c
+    (up to 40 %), with sentences shuffled where a text has several (not Godot pages:
+    their code blocks stay whole)."""
+    rng = random.Random(copy)
+    dialect = Dialect(copy, min(0.4, 0.05 + 0.01 * copy)) if copy else None
+    for d in pool:
+        if dialect is None:
+            yield {"id": d["id"], "title": d["title"], "text": d["text"]}
+            continue
+        sentences = re.split(r"(?<=[.!?])\s+", d["text"]) if not d["id"].startswith(
+            "godot/") else [d["text"]]
+        rng.shuffle(sentences)
+        yield {"id": f"{d['id']}~{copy}", "title": perturb(d["title"], dialect, rng),
+               "text": perturb(" ".join(sentences), dialect, rng)}
+
+
+def size_class(copy: int) -> str:
+    """Copies 0-3 are c1 (~103k fragments), 4-11 c2 (~308k with c1), the rest c3."""
+    return "c1" if copy < COPIES["c1"] else "c2" if copy < COPIES["c2"] else "c3"

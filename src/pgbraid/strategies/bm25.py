@@ -20,9 +20,10 @@ Query path:
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
-3. rank with numpy (bm25_topk): exact top-k, OR semantics, every posting
-   scored (or, with ``params.pruning: "maxscore"``, MaxScore pruning, which
-   gives the same top k);
+3. rank with numpy (bm25_topk): exact top-k, OR semantics, by block-max over
+   windows of ordinals (bm25_blockmax: only windows whose bound reaches the
+   k-th best score are scored), or with ``params.pruning`` "maxscore" or
+   "none" (every posting), which give the same top k and the same scores;
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 
@@ -55,7 +56,7 @@ from .bm25_topk import Ranking, Term
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
 ENGINES = ("auto", "pgbraid", "pg_search")
-PRUNING = ("none", "maxscore")
+PRUNING = ("blockmax", "maxscore", "none")
 
 # The statistics of the partitions in scope ({partitions}: Scope.partitions; dead
 # ordinals on the first row only), then one row per (query term, segment of those
@@ -132,7 +133,7 @@ def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: S
 
 def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs: dict[str, int],
           stats: tuple[int, int, int, list[int]], context: Context, *, k1: float, b: float,
-          prune: bool) -> tuple[Ranking, dict[str, tuple[int, int]], int]:
+          pruning: str) -> tuple[Ranking, dict[str, tuple[int, int]], int]:
     """The query's posting lists, loaded, and the Ranking over them; each term's
     (qtf, df); how many postings PostgreSQL sent."""
     n, total, size, dead = stats
@@ -148,7 +149,7 @@ def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs:
     terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
     ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
                        for t, (q, df) in terms.items()],
-                      size, dead_ordinals, (k1, b, total / n if n else 1.0), prune=prune)
+                      size, dead_ordinals, (k1, b, total / n if n else 1.0), pruning=pruning)
     return ranking, terms, fetched
 
 
@@ -181,8 +182,8 @@ class BM25(Strategy):
               Param("b", "number", DEFAULT_B, "length normalisation", low=0.0, high=1.0),
               Param("engine", "choice", "auto", "pgbraid's postings, or ParadeDB pg_search when "
                     "opted in and installed (auto: pg_search then)", choices=ENGINES),
-              Param("pruning", "choice", "none", "score every posting, or MaxScore (the same "
-                    "top k)", choices=PRUNING))
+              Param("pruning", "choice", "blockmax", "block-max over ordinal windows, MaxScore, "
+                    "or score every posting (all give the same top k)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         engine = self.param(request, "engine")
@@ -224,7 +225,7 @@ class BM25(Strategy):
             return Outcome([], details)
         ranking, terms, fetched = _rank(conn, pipeline, rows, qtfs, (n, total, size, dead),
                                         context, k1=k1, b=b,
-                                        prune=request.params.get("pruning") == "maxscore")
+                                        pruning=self.param(request, "pruning"))
         details["terms"] = [{"term": t, "qtf": q, "df": df,
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
@@ -235,7 +236,8 @@ class BM25(Strategy):
         pruning = ranking.stats
         details.update(postings=pruning.postings, postings_scored=pruning.scored,
                        postings_fetched=fetched, candidates=pruning.candidates,
-                       exhaustive=pruning.exhaustive, candidates_checked=checked,
+                       exhaustive=pruning.exhaustive, windows=pruning.windows,
+                       windows_scored=pruning.windows_scored, candidates_checked=checked,
                        verify_rounds=rounds, rows=len(hits))
         if not hits:  # df counts current fragments of the partitions in scope only
             details["explanation"] = ("no query term occurs in any fragment in scope"
