@@ -19,11 +19,14 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
+import numpy as np
+
 import pgbraid
 from pgbraid import pipelines
 
 from . import bulk, corpus
-from .common import console
+from .common import ROOT, console, percentiles, table
+from .million_peers import Reference, TextSearch
 
 DIR = Path(os.environ.get("PGBRAID_MILLION_DIR") or "/tmp/pgbraid-bench-1m")
 PIPELINE = "bench-1m"
@@ -53,15 +56,13 @@ def _init_pool() -> None:
 
 
 def ensure(client: pgbraid.Client) -> str:
-    """The corpus pipeline, built unless it is complete (a marker row says so)."""
-    names = {p.name for p in client.pipelines()}
-    with client.session() as conn:
-        if PIPELINE in names:
-            target = pipelines.get(conn, PIPELINE)
-            if target.settings.get("bench_complete"):
-                return PIPELINE
-    if PIPELINE in names:
-        client.delete_pipeline(PIPELINE)
+    """The corpus pipeline, built unless it exists (a marker setting says it is complete)."""
+    if PIPELINE in {p.name for p in client.pipelines()}:
+        if complete(client) != list(CLASSES):
+            console.print(f"[yellow]{PIPELINE} is incomplete (a build in progress, or one "
+                          f"interrupted: remove {DIR} to build again); measuring what is "
+                          "complete[/]")
+        return PIPELINE
     # BM25 only (no tsvector column): what is measured, at half the build time.
     client.create_pipeline(PIPELINE, embedder="none", fulltext=False, chunk_size=corpus.CHUNK_SIZE)
     with client.session() as conn:
@@ -109,3 +110,156 @@ def _restore_indexes(client: pgbraid.Client, definitions: list[str]) -> None:
         conn.execute("SET maintenance_work_mem = '1GB'")
         for definition in definitions:
             conn.execute(definition)
+
+
+# -- measuring ------------------------------------------------------------------
+
+SIZES = {"100k": CLASSES[:1], "300k": CLASSES[:2], "1m": CLASSES}
+VENDOR = Path(os.environ.get("PGBRAID_SHARED_VENDOR") or ROOT.parent / "shared" / "vendor")
+SYSTEMS = ("pgbraid bm25 (block-max)", "pgbraid bm25 (every posting)", "pg_textsearch",
+           "bm25s (in memory)")
+
+
+def complete(client: pgbraid.Client) -> list[str]:
+    """The size classes written in full: all once the build finished; before, each
+    class whose successor's partition exists (its ingest call, merges included, ended)."""
+    with client.session() as conn:
+        if PIPELINE not in {p.name for p in client.pipelines()}:
+            return []
+        target = pipelines.get(conn, PIPELINE)
+        if target.settings.get("bench_complete"):
+            return list(CLASSES)
+        held = {tuple(r[0]) for r in conn.execute(
+            "SELECT classifications FROM pgbraid.bm25_partitions WHERE pipeline_id = %s",
+            (target.id,))}
+    return [c for c, after in zip(CLASSES, CLASSES[1:]) if (after,) in held]
+
+
+def run(*, sizes: tuple[str, ...] = tuple(SIZES)) -> dict:
+    from .lexical import code_chunks, query_tokens, scifact_queries
+
+    results: dict = {}
+    with connect(postings_cache_mb=6144) as client:
+        ensure(client)
+        done = complete(client)
+        sizes = tuple(s for s in sizes if set(SIZES[s]) <= set(done))
+        with client.session() as conn:
+            pid = pipelines.get(conn, PIPELINE).id
+        peer = TextSearch(DIR / "pts", VENDOR)
+        if peer.reason:
+            console.print(f"[yellow]pg_textsearch skipped: {peer.reason}[/]")
+        sets = {"SciFact queries": [t for _, t in scifact_queries()[0]],
+                "30-token code chunks": code_chunks()}
+        tokens = {t: query_tokens(client, t) for texts in sets.values() for t in texts}
+        for size in sizes:
+            classes = list(SIZES[size])
+            with client.session() as conn:
+                rows = peer.ensure(size, conn, pid, classes) if not peer.reason else None
+                reference = Reference(conn, pid, classes)
+            for set_name, texts in sets.items():
+                results[(size, set_name)] = _measure(client, peer, reference, size, classes,
+                                                     texts, tokens)
+                results[(size, set_name)]["fragments"] = len(reference.ordinals)
+                results[(size, set_name)]["pg_textsearch rows"] = rows
+                _print(size, set_name, results[(size, set_name)])
+            del reference
+        peer.close()
+    _save(results)
+    return results
+
+
+def _measure(client, peer, reference, size: str, classes: list[str], texts: list[str],
+             tokens: dict[str, list[str]]) -> dict:
+    def pgbraid_search(pruning):
+        return lambda t: client.search(PIPELINE, t, type="bm25", classification=classes,
+                                       params={"k": 10, "pruning": pruning})
+
+    systems = {SYSTEMS[0]: pgbraid_search("blockmax"), SYSTEMS[1]: pgbraid_search("none"),
+               SYSTEMS[3]: lambda t: reference.top(tokens[t])}
+    if not peer.reason:
+        systems[SYSTEMS[2]] = lambda t: peer.search(size, t)
+    for name, search in systems.items():  # warm: caches, shared buffers, prepared statements
+        for text in texts if name != SYSTEMS[3] else texts[:5]:
+            search(text)
+    names = list(systems)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    answers: dict[str, list] = {name: [] for name in names}
+    for i, text in enumerate(texts):  # interleaved, the order rotating per query
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            start = time.perf_counter()
+            answer = systems[name](text)
+            samples[name].append((time.perf_counter() - start) * 1000)
+            answers[name].append(answer)
+    return {"latency": {n: percentiles(s) for n, s in samples.items()},
+            **_exactness(answers, len(texts))}
+
+
+def _exactness(answers: dict, count: int) -> dict:
+    """pgbraid's top 10 against bm25s on the same tokens (scores), block-max against
+    every posting (fragments and scores), pg_textsearch against bm25s (ordinals)."""
+    blockmax, every, reference = (answers[n] for n in (SYSTEMS[0], SYSTEMS[1], SYSTEMS[3]))
+    same = sum(len(a.hits) == len(r) and np.allclose([h.score for h in a.hits],
+                                                     [s for _, s in r], atol=1e-3)
+               for a, r in zip(blockmax, reference))
+    identical = sum([(h.fragment_id, h.score) for h in a.hits] ==
+                    [(h.fragment_id, h.score) for h in b.hits] for a, b in zip(blockmax, every))
+    scored = [a.trace.retrievers[0].details for a in blockmax]
+    out = {"exact vs bm25s": same, "block-max == every posting": identical, "queries": count,
+           "postings scored share": float(np.median(
+               [d["postings_scored"] / d["postings"] for d in scored if d["postings"]]))}
+    if SYSTEMS[2] in answers:
+        out["pg_textsearch top-10 overlap with bm25s"] = float(np.mean(
+            [len({o for o, _ in p} & {o for o, _ in r}) / max(len(r), 1)
+             for p, r in zip(answers[SYSTEMS[2]], reference)]))
+    return out
+
+
+def _print(size: str, set_name: str, result: dict) -> None:
+    latency = result["latency"]
+    peer = latency.get(SYSTEMS[2])
+    rows = [[name, p50, p95, p50 / peer[0] if peer else "-", p95 / peer[1] if peer else "-",
+             p50 / latency[SYSTEMS[3]][0]] for name, (p50, p95) in latency.items()]
+    table(f"{size} ({result['fragments']:,} fragments): {set_name} ({result['queries']}), ms, "
+          "interleaved", ["system", "p50", "p95", "p50 / pg_textsearch", "p95 / pg_textsearch",
+                          "p50 / bm25s"], rows)
+    console.print("  " + ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
+                                   for k, v in result.items() if k != "latency"))
+
+
+def _save(results: dict) -> None:
+    import json
+
+    path = DIR / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps([{"size": s, "set": q, **r} for (s, q), r in results.items()],
+                               indent=1))
+    console.print(f"results: {path}")
+
+
+def plot(files: list[Path], out: Path) -> None:
+    """p50 and p95 against fragments, per query set and system, from saved results."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for f in files for r in json.loads(Path(f).read_text())]
+    sets = sorted({r["set"] for r in rows}, reverse=True)
+    figure, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4.5), squeeze=False)
+    for axis, set_name in zip(axes[0], sets):
+        mine = sorted((r for r in rows if r["set"] == set_name), key=lambda r: r["fragments"])
+        for name in SYSTEMS:
+            points = [(r["fragments"], *r["latency"][name]) for r in mine if name in r["latency"]]
+            if not points:
+                continue
+            x, p50, p95 = zip(*points)
+            line, = axis.plot(x, p50, marker="o", label=f"{name} p50")
+            axis.plot(x, p95, marker="x", linestyle="--", color=line.get_color(),
+                      label=f"{name} p95")
+        axis.set(xscale="log", yscale="log", xlabel="fragments", ylabel="ms",
+                 title=f"bm25 top 10: {set_name}")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)

@@ -20,15 +20,15 @@ blocks are also what PISA's "range" algorithms use.)
    computed from the stored arrays, not stored beside them).
 2. The bound of a window is the sum over the query's terms of ``weight *
    peak``: no fragment in it can score more.
-3. The windows with the highest bounds are scored exactly (their postings
-   gathered list by list, summed with one ``np.bincount`` in the term order
-   of every other path, so a score never depends on the path); the
-   ``width``-th best score among them, theta, is a lower bound of the
-   ``width``-th best overall.
-4. Every other window whose bound reaches theta is scored too; the rest
-   cannot hold a fragment of the top ``width`` (a fragment scoring theta
-   exactly is kept: ties are broken by ordinal later). The top ``width`` of
-   the scored fragments is the exact top ``width``.
+3. In rounds, the windows left with the highest bounds (FIRST, then GROWTH
+   times more each round) are scored exactly: their postings gathered list
+   by list, summed with one ``np.bincount`` in the term order of every other
+   path, so a score never depends on the path. The ``width``-th best score
+   so far, theta, is a lower bound of the ``width``-th best overall; windows
+   whose bound falls below it are dropped.
+4. When no window is left, no unscored fragment can reach the top ``width``
+   (a fragment scoring theta exactly is in a window kept: ties are broken
+   by ordinal later), so the top ``width`` of the scored is the exact one.
 """
 
 from __future__ import annotations
@@ -40,11 +40,17 @@ import numpy as np
 if TYPE_CHECKING:  # bm25_topk imports this module
     from .bm25_topk import Ranking
 
-SHIFT = 7
+SHIFT = 6
 WINDOW = 1 << SHIFT  # ordinals per window
 _MASK = WINDOW - 1
 _MARGIN = 1.0 + 1e-6  # float32 impacts: a bound must hold rounded up
-FIRST = 32  # windows scored first, to find theta
+FIRST = 64  # windows scored first, to find theta; each round takes GROWTH times more
+GROWTH = 4
+# Below this many postings a query is cheaper to score in full (one bincount, ~5-10 ns a
+# posting) than to bound window by window (tens of microseconds a list in numpy calls):
+# measured on the million bench's lists, docs/benchmarks.md.
+FROM_POSTINGS = 250_000
+_SPARSE = 8  # gather a list's chosen windows by binary search when it has this many more
 
 
 def top(ranking: "Ranking", width: int) -> np.ndarray:
@@ -52,64 +58,78 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
     ordinal); fills ``ranking.scores`` for the fragments scored."""
     from .bm25_topk import _best
 
-    lists = [(term.weight, postings) for term in ranking.terms for postings in term.lists
-             if len(postings)]
     windows = (ranking.size >> SHIFT) + 1
     bounds = np.zeros(windows, dtype=np.float64)
     blocks = []
-    for weight, postings in lists:
-        present, starts, peaks = postings.blocks(*ranking.impacts)
-        bounds[present] += weight * peaks
-        blocks.append((weight, postings, present, starts))
+    for term in ranking.terms:
+        for postings in term.lists:
+            if len(postings):
+                present, starts, peaks = postings.blocks(*ranking.impacts)
+                bounds[present] += term.weight * peaks
+                blocks.append((term.weight, postings, present, starts))
     bounds *= _MARGIN
-    live = np.flatnonzero(bounds > 0)
-    ranking.stats.windows = len(live)
-    if len(live) <= FIRST:
-        first = live
-    else:
-        first = live[np.argpartition(-bounds[live], FIRST - 1)[:FIRST]]
-        first.sort()
+    remaining = np.flatnonzero(bounds > 0)
+    ranking.stats.windows = len(remaining)
     ranking.scores = scores = np.zeros(ranking.size, dtype=np.float64)
-    scored = _score(ranking, blocks, first, scores)
-    theta = _theta(scores, scored, width)
-    rest = live[bounds[live] >= theta]
-    rest = rest[~np.isin(rest, first, assume_unique=True)]
-    if len(rest):
-        scored = np.concatenate([scored, _score(ranking, blocks, rest, scores)])
-    ranking.stats.windows_scored = len(first) + len(rest)
+    scored: list[np.ndarray] = []
+    theta, chunk = 0.0, FIRST
+    # Rounds: the best-bounded windows left, scored exactly; theta from all scored so far;
+    # windows whose bound falls below it dropped. Ends when none is left.
+    while len(remaining):
+        if len(remaining) > chunk:
+            pick = np.argpartition(-bounds[remaining], chunk - 1)[:chunk]
+            chosen = np.sort(remaining[pick])
+            remaining = np.delete(remaining, pick)
+        else:
+            chosen, remaining = remaining, remaining[:0]
+        ranking.stats.windows_scored += len(chosen)
+        scored.append(_score(ranking, blocks, chosen, scores))
+        theta = max(theta, _theta(scores, scored, width))
+        remaining = remaining[bounds[remaining] >= theta]
+        chunk *= GROWTH
+    everything = np.concatenate(scored) if scored else np.zeros(0, dtype=np.intp)
     if len(ranking.dead):
         scores[ranking.dead] = -np.inf
-    ranking.stats.candidates = len(scored)
-    return _best(scores, scored[scores[scored] > 0], width)
+    ranking.stats.candidates = len(everything)
+    return _best(scores, everything[scores[everything] > 0], width)
 
 
-def _theta(scores: np.ndarray, scored: np.ndarray, width: int) -> float:
+def _theta(scores: np.ndarray, scored: list[np.ndarray], width: int) -> float:
     """The ``width``-th best score among those scored (0.0 with fewer)."""
-    if len(scored) < width:
+    count = sum(len(s) for s in scored)
+    if count < width:
         return 0.0
-    return float(np.partition(scores[scored], len(scored) - width)[len(scored) - width])
+    values = np.concatenate([scores[s] for s in scored])
+    return float(np.partition(values, count - width)[count - width])
 
 
 def _score(ranking: "Ranking", blocks: list, chosen: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Score every fragment of the ``chosen`` windows (sorted) into ``scores``; returns
     the ordinals scored."""
     ordinals, weights = [], []
-    chosen = chosen.astype(np.int32)
+    wanted = np.zeros((ranking.size >> SHIFT) + 1, dtype=bool)
+    wanted[chosen] = True
+    chosen32 = chosen.astype(np.int32)
     for weight, postings, present, starts in blocks:
-        at = np.searchsorted(present, chosen)
-        at[at == len(present)] = 0
-        held = at[present[at] == chosen]
-        if not len(held):
-            continue
-        index = _ranges(starts[held], starts[held + 1])
+        if len(present) > _SPARSE * len(chosen):
+            at = np.searchsorted(present, chosen32)
+            at[at == len(present)] = 0
+            held = at[present[at] == chosen32]
+            if not len(held):
+                continue
+            index = _ranges(starts[held], starts[held + 1])
+        else:  # most of the list's windows may be chosen: one pass over it
+            index = np.flatnonzero(wanted[postings.ordinals >> SHIFT])
+            if not len(index):
+                continue
         ordinals.append(postings.ordinals[index])
         weights.append(weight * postings.impacts(*ranking.impacts)[index])
     if not ordinals:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.intp)
     every = np.concatenate(ordinals, dtype=np.intp)
     ranking.stats.scored += len(every)
     # Local positions: the rank of the ordinal's window among the chosen, then the offset.
-    rank = np.zeros((ranking.size >> SHIFT) + 1, dtype=np.intp)
+    rank = np.zeros(len(wanted), dtype=np.intp)
     rank[chosen] = np.arange(len(chosen))
     local = (rank[every >> SHIFT] << SHIFT) | (every & _MASK)
     sums = np.bincount(local, weights=np.concatenate(weights, dtype=np.float64),
@@ -122,7 +142,7 @@ def _score(ranking: "Ranking", blocks: list, chosen: np.ndarray, scores: np.ndar
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The concatenated aranges [start, end) (one per window), vectorised."""
-    lengths = ends - starts
+    lengths = (ends - starts).astype(np.intp)
     total = int(lengths.sum())
-    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    offsets = np.repeat(starts.astype(np.intp) - (np.cumsum(lengths) - lengths), lengths)
     return offsets + np.arange(total)

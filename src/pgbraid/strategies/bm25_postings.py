@@ -24,7 +24,7 @@ from typing import Hashable
 import numpy as np
 import psycopg
 
-from .bm25_blockmax import SHIFT
+from . import bm25_blockmax
 
 Key = tuple[int, datetime, int, str]  # pipeline id, pipeline created_at, segment, term
 
@@ -77,7 +77,7 @@ class Postings:
         each, ascending), where each starts in the list (and where the last ends),
         and the largest impact in each; memoised."""
         if self._windows is None:
-            windows = self.ordinals >> SHIFT
+            windows = self.ordinals >> bm25_blockmax.SHIFT
             starts = np.flatnonzero(np.diff(windows, prepend=-1)) if len(windows) else \
                 np.zeros(0, dtype=np.intp)
             self._windows = (windows[starts].astype(np.int32),
