@@ -16,6 +16,8 @@ def main() -> None:
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     parser.add_argument("--sizes", default="100k,300k,1m",
                         help="million: the corpus sizes to measure (100k, 300k, 1m)")
+    parser.add_argument("--build", action="store_true",
+                        help="million: build the corpus first (or resume an interrupted build)")
     parser.add_argument("--plot", nargs="*", metavar="RESULTS",
                         help="million: draw docs/bm25_scaling.png from saved results files")
     args = parser.parse_args()
@@ -23,7 +25,7 @@ def main() -> None:
         if args.plot:
             million.plot([Path(p) for p in args.plot], million.ROOT / "docs" / "bm25_scaling.png")
         else:
-            million.run(sizes=tuple(args.sizes.split(",")))
+            million.run(sizes=tuple(args.sizes.split(",")), build=args.build)
         return
     if args.suite in ("fuzzy", "all"):
         fuzzy.run()

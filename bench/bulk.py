@@ -85,15 +85,20 @@ def prepared(pipeline: Pipeline, records: Iterable[dict]) -> list[Prepared]:
     return out
 
 
-def load(session: Callable, pipeline: Pipeline, batches: Iterable[list[Prepared]]) -> int:
-    """Write batches of prepared new documents as one ingest call; returns the fragments."""
+def load(session: Callable, pipeline: Pipeline, batches: Iterable[list[Prepared]], *,
+         first_segment: int | None = None, partitions: Iterable[int] = ()) -> int:
+    """Write batches of prepared new documents as one ingest call; returns the fragments.
+
+    A call interrupted (each batch commits alone) is resumed by passing the segment
+    it began at and the partitions it wrote: its merges then are those of one call."""
     if pipeline.embedder:
         raise ValueError("the bulk path writes no embeddings: use a pipeline without embedder")
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
-        first = bm25_index.next_segment(conn, pipeline.id)
-    written, partitions = 0, set()
+        first = bm25_index.next_segment(conn, pipeline.id) if first_segment is None \
+            else first_segment
+    written, partitions = 0, set(partitions)
     for batch in batches:
         with session() as conn:
             bm25_index.lock(conn, pipeline.id)

@@ -55,39 +55,58 @@ def _init_pool() -> None:
     _POOL.extend(corpus.sources())
 
 
-def ensure(client: pgbraid.Client) -> str:
-    """The corpus pipeline, built unless it exists (a marker setting says it is complete)."""
-    if PIPELINE in {p.name for p in client.pipelines()}:
-        if complete(client) != list(CLASSES):
-            console.print(f"[yellow]{PIPELINE} is incomplete (a build in progress, or one "
-                          f"interrupted: remove {DIR} to build again); measuring what is "
-                          "complete[/]")
+def ensure(client: pgbraid.Client, workers: int = 3) -> str:
+    """The corpus pipeline, built (or an interrupted build resumed) unless complete."""
+    if PIPELINE not in {p.name for p in client.pipelines()}:
+        # BM25 only (no tsvector column): what is measured, at half the build time.
+        client.create_pipeline(PIPELINE, embedder="none", fulltext=False,
+                               chunk_size=corpus.CHUNK_SIZE)
+    if complete(client) == list(CLASSES):
         return PIPELINE
-    # BM25 only (no tsvector column): what is measured, at half the build time.
-    client.create_pipeline(PIPELINE, embedder="none", fulltext=False, chunk_size=corpus.CHUNK_SIZE)
     with client.session() as conn:
         target = pipelines.get(conn, PIPELINE)
-    deferred = _drop_indexes(client)
-    start = time.perf_counter()
-    total = 0
-    try:
-        with get_context("fork").Pool(2, initializer=_init_pool) as workers:
-            copies = workers.imap(_prepare_copy, [(target, c) for c in range(corpus.COPIES["c3"])])
-            first = 0
-            for name in CLASSES:
-                batches = (next(copies) for _ in range(corpus.COPIES[name] - first))
-                total += bulk.load(client._session, target, _progress(batches, name))
-                first = corpus.COPIES[name]
-                console.print(f"  {name}: {total:,} fragments, {time.perf_counter() - start:.0f} s")
-    finally:
-        _restore_indexes(client, deferred)
+    _drop_indexes(client)
+    start, done = time.perf_counter(), _copies_written(client, target.id)
+    console.print(f"building {PIPELINE}: {done} of {corpus.COPIES['c3']} copies written before")
+    with get_context("fork").Pool(workers, initializer=_init_pool) as pool:
+        copies = pool.imap(_prepare_copy, [(target, c) for c in range(done, corpus.COPIES["c3"])])
+        first = 0
+        for name in CLASSES:
+            begun, partition = _call_of(client, target.id, name)
+            if name not in complete(client):
+                batches = (next(copies) for _ in range(max(first, done), corpus.COPIES[name]))
+                bulk.load(client._session, target, _progress(batches, name),
+                          first_segment=begun, partitions=[partition] if partition else [])
+                console.print(f"  {name} written, {time.perf_counter() - start:.0f} s")
+            first = corpus.COPIES[name]
+    _restore_indexes(client)
     with client._db.admin() as conn:
         conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
                      " pgbraid.bm25_postings")
         conn.execute("UPDATE pgbraid.pipelines SET settings = settings || '{\"bench_complete\": true}'"
                      " WHERE id = %s", (target.id,))
-    console.print(f"built {PIPELINE}: {total:,} fragments in {time.perf_counter() - start:.0f} s")
+    console.print(f"built {PIPELINE} in {time.perf_counter() - start:.0f} s")
     return PIPELINE
+
+
+def _copies_written(client: pgbraid.Client, pipeline_id: int) -> int:
+    """Copies are written in order, one transaction each: the first one missing."""
+    with client.session() as conn:
+        row = conn.execute(
+            "SELECT max(coalesce(substring(external_id FROM '~([0-9]+)$')::int, 0))"
+            " FROM pgbraid.documents WHERE pipeline_id = %s", (pipeline_id,)).fetchone()
+    return 0 if row[0] is None else row[0] + 1
+
+
+def _call_of(client: pgbraid.Client, pipeline_id: int, name: str) -> tuple[int | None, int | None]:
+    """Where a class's ingest call began (its partition's first segment) and its partition."""
+    with client.session() as conn:
+        row = conn.execute(
+            "SELECT p.id, (SELECT min(s.segment) FROM pgbraid.bm25_segments s"
+            " WHERE s.partition_id = p.id) FROM pgbraid.bm25_partitions p"
+            " WHERE p.pipeline_id = %s AND p.classifications = %s::text[]",
+            (pipeline_id, [name])).fetchone()
+    return (row[1], row[0]) if row else (None, None)
 
 
 def _progress(batches, name: str):
@@ -96,20 +115,30 @@ def _progress(batches, name: str):
         console.print(f"  {name}: batch {i + 1} ({len(batch):,} documents) written")
 
 
-def _drop_indexes(client: pgbraid.Client) -> list[str]:
+def _drop_indexes(client: pgbraid.Client) -> None:
+    """Drop the deferred indexes, their definitions kept in DIR (a resumed build restores
+    what an interrupted one dropped)."""
+    import json
+
+    saved = DIR / "deferred-indexes.json"
     with client._db.admin() as conn:
         rows = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'pgbraid'"
                             " AND indexname = ANY(%s)", (list(_DEFERRED),)).fetchall()
+        known = json.loads(saved.read_text()) if saved.exists() else []
+        saved.write_text(json.dumps(sorted(set(known) | {d for _, d in rows}), indent=1))
         for name, _ in rows:
             conn.execute(f'DROP INDEX pgbraid."{name}"')
-    return [definition for _, definition in rows]
 
 
-def _restore_indexes(client: pgbraid.Client, definitions: list[str]) -> None:
+def _restore_indexes(client: pgbraid.Client) -> None:
+    import json
+
+    saved = DIR / "deferred-indexes.json"
     with client._db.admin() as conn:
         conn.execute("SET maintenance_work_mem = '1GB'")
-        for definition in definitions:
-            conn.execute(definition)
+        for definition in json.loads(saved.read_text()) if saved.exists() else []:
+            conn.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+    saved.unlink(missing_ok=True)
 
 
 # -- measuring ------------------------------------------------------------------
@@ -135,12 +164,14 @@ def complete(client: pgbraid.Client) -> list[str]:
     return [c for c, after in zip(CLASSES, CLASSES[1:]) if (after,) in held]
 
 
-def run(*, sizes: tuple[str, ...] = tuple(SIZES)) -> dict:
+def run(*, sizes: tuple[str, ...] = tuple(SIZES), build: bool = False) -> dict:
+    """Measure the sizes whose classes are complete; build (or resume) first if asked."""
     from .lexical import code_chunks, query_tokens, scifact_queries
 
     results: dict = {}
     with connect(postings_cache_mb=6144) as client:
-        ensure(client)
+        if build:
+            ensure(client)
         done = complete(client)
         sizes = tuple(s for s in sizes if set(SIZES[s]) <= set(done))
         with client.session() as conn:
@@ -153,8 +184,10 @@ def run(*, sizes: tuple[str, ...] = tuple(SIZES)) -> dict:
         tokens = {t: query_tokens(client, t) for texts in sets.values() for t in texts}
         for size in sizes:
             classes = list(SIZES[size])
+            smaller = [s for s in SIZES if len(SIZES[s]) < len(classes)]
+            base = (smaller[-1], list(SIZES[smaller[-1]])) if smaller else None
             with client.session() as conn:
-                rows = peer.ensure(size, conn, pid, classes) if not peer.reason else None
+                rows = peer.ensure(size, conn, pid, classes, base) if not peer.reason else None
                 reference = Reference(conn, pid, classes)
             for set_name, texts in sets.items():
                 results[(size, set_name)] = _measure(client, peer, reference, size, classes,

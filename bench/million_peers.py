@@ -60,8 +60,9 @@ class TextSearch:
         self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_textsearch")
 
     def ensure(self, label: str, source: psycopg.Connection, pipeline_id: int,
-               classes: list[str]) -> int:
-        """The table for a size (built from the pgbraid server's rows unless there)."""
+               classes: list[str], base: tuple[str, list[str]] | None = None) -> int:
+        """The table for a size (built from the pgbraid server's rows unless there);
+        ``base``: the label and classes of a smaller size's table to start from."""
         table = f"pts_{label}"
         have = self.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{table}_idx",)).fetchone()[0]
         if have:
@@ -69,13 +70,16 @@ class TextSearch:
         start = time.perf_counter()
         self.conn.execute(f"DROP TABLE IF EXISTS {table}")
         self.conn.execute(f"CREATE TABLE {table} (ordinal int PRIMARY KEY, content text NOT NULL)")
-        count = 0
+        if base is not None and self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                                  (f"pts_{base[0]}_idx",)).fetchone()[0]:
+            self.conn.execute(f"INSERT INTO {table} SELECT * FROM pts_{base[0]}")
+            classes = [c for c in classes if c not in base[1]]
         with source.cursor(name=f"rows_{label}") as rows, \
                 self.conn.cursor().copy(f"COPY {table} (ordinal, content) FROM STDIN") as copy:
             rows.execute(_ROWS, (pipeline_id, classes))
             for ordinal, title, body in rows:
                 copy.write_row((ordinal, expand_code(f"{title}\n{body}")))
-                count += 1
+        count = self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         loaded = time.perf_counter() - start
         self.conn.execute("SET maintenance_work_mem = '1GB'")
         self.conn.execute(f"CREATE INDEX {table}_idx ON {table} USING bm25 (content)"
