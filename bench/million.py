@@ -146,7 +146,7 @@ def _restore_indexes(client: pgbraid.Client) -> None:
 SIZES = {"100k": CLASSES[:1], "300k": CLASSES[:2], "1m": CLASSES}
 VENDOR = Path(os.environ.get("PGBRAID_SHARED_VENDOR") or ROOT.parent / "shared" / "vendor")
 SYSTEMS = ("pgbraid bm25 (block-max)", "pgbraid bm25 (every posting)", "pg_textsearch",
-           "bm25s (in memory)")
+           "bm25s (in memory)", "pgbraid bm25 (default: auto)")
 
 
 def complete(client: pgbraid.Client) -> list[str]:
@@ -207,8 +207,8 @@ def _measure(client, peer, reference, size: str, classes: list[str], texts: list
         return lambda t: client.search(PIPELINE, t, type="bm25", classification=classes,
                                        params={"k": 10, "pruning": pruning})
 
-    systems = {SYSTEMS[0]: pgbraid_search("blockmax"), SYSTEMS[1]: pgbraid_search("none"),
-               SYSTEMS[3]: lambda t: reference.top(tokens[t])}
+    systems = {SYSTEMS[4]: pgbraid_search("auto"), SYSTEMS[0]: pgbraid_search("blockmax"),
+               SYSTEMS[1]: pgbraid_search("none"), SYSTEMS[3]: lambda t: reference.top(tokens[t])}
     if not peer.reason:
         systems[SYSTEMS[2]] = lambda t: peer.search(size, t)
     for name, search in systems.items():  # warm: caches, shared buffers, prepared statements
@@ -230,14 +230,18 @@ def _measure(client, peer, reference, size: str, classes: list[str], texts: list
 def _exactness(answers: dict, count: int) -> dict:
     """pgbraid's top 10 against bm25s on the same tokens (scores), block-max against
     every posting (fragments and scores), pg_textsearch against bm25s (ordinals)."""
-    blockmax, every, reference = (answers[n] for n in (SYSTEMS[0], SYSTEMS[1], SYSTEMS[3]))
+    blockmax, every, reference, default = (answers[n] for n in (SYSTEMS[0], SYSTEMS[1],
+                                                                 SYSTEMS[3], SYSTEMS[4]))
     same = sum(len(a.hits) == len(r) and np.allclose([h.score for h in a.hits],
                                                      [s for _, s in r], atol=1e-3)
                for a, r in zip(blockmax, reference))
     identical = sum([(h.fragment_id, h.score) for h in a.hits] ==
-                    [(h.fragment_id, h.score) for h in b.hits] for a, b in zip(blockmax, every))
+                    [(h.fragment_id, h.score) for h in b.hits] ==
+                    [(h.fragment_id, h.score) for h in c.hits]
+                    for a, b, c in zip(blockmax, every, default))
     scored = [a.trace.retrievers[0].details for a in blockmax]
-    out = {"exact vs bm25s": same, "block-max == every posting": identical, "queries": count,
+    out = {"exact vs bm25s": same, "block-max == every posting == default": identical,
+           "queries": count,
            "postings scored share": float(np.median(
                [d["postings_scored"] / d["postings"] for d in scored if d["postings"]]))}
     if SYSTEMS[2] in answers:
