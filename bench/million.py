@@ -24,7 +24,7 @@ import numpy as np
 import pgbraid
 from pgbraid import pipelines
 
-from . import bulk, corpus
+from . import bulk, corpus, plots
 from .common import ROOT, console, percentiles, table
 from .million_peers import Reference, TextSearch
 
@@ -264,25 +264,16 @@ def _print(size: str, set_name: str, result: dict) -> None:
 
 
 def _save(results: dict) -> None:
-    import json
-
-    path = DIR / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps([{"size": s, "set": q, **r} for (s, q), r in results.items()],
-                               indent=1))
-    console.print(f"results: {path}")
+    """Into bench/results/million.json (bench/plots.py), one entry per size and query set."""
+    for (size, set_name), result in results.items():
+        plots.save("million", f"{size} / {set_name}", result, unit="ms")
 
 
-def plot(files: list[Path], out: Path) -> None:
-    """p50 and p95 against fragments, per query set and system, from saved results."""
-    import json
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for f in files for r in json.loads(Path(f).read_text())]
+def plot(results: dict) -> list[Path]:
+    """p50 and p95 against fragments, per query set and system: docs/plots/bm25_scaling.png."""
+    rows = [{"set": key.split(" / ", 1)[1], **entry["data"]} for key, entry in results.items()]
     sets = sorted({r["set"] for r in rows}, reverse=True)
+    plt = plots._pyplot()
     figure, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4.5), squeeze=False)
     for axis, set_name in zip(axes[0], sets):
         mine = sorted((r for r in rows if r["set"] == set_name), key=lambda r: r["fragments"])
@@ -291,12 +282,16 @@ def plot(files: list[Path], out: Path) -> None:
             if not points:
                 continue
             x, p50, p95 = zip(*points)
-            line, = axis.plot(x, p50, marker="o", label=f"{name} p50")
-            axis.plot(x, p95, marker="x", linestyle="--", color=line.get_color(),
+            axis.plot(x, p50, marker="o", color=plots.colour(name), label=f"{name} p50")
+            axis.plot(x, p95, marker="x", linestyle="--", color=plots.colour(name),
                       label=f"{name} p95")
         axis.set(xscale="log", yscale="log", xlabel="fragments", ylabel="ms",
                  title=f"bm25 top 10: {set_name}")
-        axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
+    figure.suptitle(plots.NOTE, fontsize=8)
     figure.tight_layout()
+    plots.PLOTS.mkdir(parents=True, exist_ok=True)
+    out = plots.PLOTS / "bm25_scaling.png"
     figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return [out]

@@ -47,7 +47,8 @@ WHERE p.pipeline_id = %s ORDER BY 1, 2
 def _sample() -> list[dict]:
     docs = list(corpus.documents(2))
     half = len(docs) // 2  # copy 0 (originals), then copy 1 (perturbed)
-    picked = docs[:60] + docs[5_300:5_330] + docs[9_400:9_420] + docs[9_830:9_852] \
+    # SciFact, Cranfield and CISI, Godot pages, KEV records; then perturbed copies
+    picked = docs[:60] + docs[5_300:5_330] + docs[9_400:9_420] + docs[half - 20:half] \
         + docs[half:half + 60] + docs[half + 9_400:half + 9_410]
     return [{**d, "language": "en", "classification": ["c1" if i % 3 else "c2"]}
             for i, d in enumerate(picked)]

@@ -6,8 +6,9 @@ The walk covers every entry of the strategy registry (a new strategy falls under
 with the default request), hybrid and auto, graph modes, point-in-time searches
 (as_of with every versioned type, type history), highlights, pages (offset, and
 the next page through the cursor, which must not change either), grounding,
-document reads, version listings and pipeline counts. Timings are the only
-values allowed to differ.
+document reads, version listings and pipeline counts, and live fetch (whether
+the corpus holds an identifier is decided in the reader's scope). Timings are the
+only values allowed to differ.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ import pgbraid
 from pgbraid import strategies
 from pgbraid.scope import Principal
 
+from .test_live import remote  # noqa: F401  (fixture)
+
 QUERY = "reactor maintenance schedule"
 PUBLIC = [
-    {"id": "p1", "title": "Reactor handbook", "text": "The reactor maintenance schedule is weekly."},
+    {"id": "p1", "title": "Reactor handbook", "text": "The reactor maintenance schedule is weekly.",
+     "metadata": {"team": "reactor operations"}},
     {"id": "p2", "title": "Visitor centre", "text": "Reactor visitor centre opening hours."},
     {"id": "p3", "title": "APT29 report", "text": "APT29 uses spearphishing and PowerShell."},
     {"id": "p4", "title": "Cozy Bear", "text": "Cozy Bear shares techniques with APT29."},
@@ -95,15 +99,18 @@ def strip_timings(value: Any) -> Any:
     return value
 
 
-@pytest.fixture()
-def world(data_dir, server, superuser):
+@pytest.fixture(params=[False, True], ids=["plain", "encrypted"])
+def world(request, data_dir, server, superuser):
     name = f"ni-{uuid.uuid4().hex[:8]}"
     table = f"suppliers_{uuid.uuid4().hex[:6]}"
     superuser.execute(f"CREATE TABLE {table} (id serial PRIMARY KEY, name text NOT NULL)")
     superuser.execute(f"INSERT INTO {table} (name) VALUES ('Acme Metal Fabrication'), ('Apex Tools')")
     with pgbraid.connect(data_dir=data_dir) as admin:
         admin.define_classification("secret", implies=["internal"])
-        admin.create_pipeline(name)  # the default embedder: similarity and mmr run too
+        # The default embedder: similarity and mmr run too. Encrypted, every walk repeats over
+        # sealed text, titles and metadata (opened for the returned hits only).
+        admin.create_pipeline(name, encrypt=request.param,
+                              encrypt_metadata=["team"] if request.param else None)
         admin.ingest(name, PUBLIC + INTERNAL)
         admin.load_graph_records(name, VERTICES, EDGES)
         admin.add_source(f"src_{table}", table=table, key="id", text="name", create_indexes=True)
@@ -129,17 +136,35 @@ def observe(reader: pgbraid.Client, pipeline: str, source: str) -> dict[str, Any
     return seen
 
 
-def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world):
+def _tamper_secrets(superuser, pipeline: str) -> None:
+    """Spoil every sealed value of the secret documents: a reader who may not see them
+    never opens them, so its responses cannot change (nor fail)."""
+    superuser.execute(
+        "UPDATE pgbraid.fragments f SET body = 'pgbraid:1:0000000000000000:spoilt',"
+        " title = 'pgbraid:1:0000000000000000:spoilt' FROM pgbraid.pipelines p"
+        " WHERE p.id = f.pipeline_id AND p.name = %s AND 'secret' = ANY(f.classifications)",
+        (pipeline,))
+    assert superuser.execute(
+        "UPDATE pgbraid.versions v SET body = 'pgbraid:1:0000000000000000:spoilt'"
+        " FROM pgbraid.documents d JOIN pgbraid.pipelines p ON p.id = d.pipeline_id"
+        " WHERE d.id = v.document_id AND p.name = %s AND 'secret' = ANY(v.classifications)",
+        (pipeline,)).rowcount
+
+
+def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world, superuser):
     pipeline, source = world
     holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
     with pgbraid.connect(data_dir=data_dir, principal=holder) as reader, \
             pgbraid.connect(data_dir=data_dir) as admin, \
             pgbraid.connect(data_dir=data_dir, tenant="other") as other:
+        encrypted = admin.pipeline(pipeline).encrypted
         before = observe(reader, pipeline, source)
         assert before[f"0:{next(iter(strategies.REGISTRY))}:{QUERY}"]["hits"], "walk found nothing"
         phases = {
             "added": lambda: admin.ingest(pipeline, secret_documents(1)),
             "changed": lambda: admin.ingest(pipeline, secret_documents(2)),
+            **({"sealed secrets spoilt": lambda: _tamper_secrets(superuser, pipeline)}
+               if encrypted else {}),
             "removed": lambda: [admin.delete_document(pipeline, d["id"]) for d in secret_documents(2)],
             "other tenant": lambda: (other.create_pipeline(pipeline, embedder="none"),
                                      other.ingest(pipeline, PUBLIC + secret_documents(1))),
@@ -161,3 +186,27 @@ def test_the_walk_covers_every_strategy():
     assert {r["type"] for r in requests() if r.get("params", {}).get("highlight")} >= {
         "fulltext", "bm25", "hybrid"}
     assert any("offset" in r.get("params", {}) for r in requests())
+
+
+def test_live_fetch_decides_within_the_readers_scope(data_dir, server, client, remote):  # noqa: F811
+    """A secret document that holds (or is named by) the identifier changes nothing for a
+    reader who may not see it: the reader's search fetches, stores and cites the same."""
+    from .test_live import MISSING, source
+
+    holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
+    seen, name = [], f"ni-live-{uuid.uuid4().hex[:8]}"  # one name: the trace's reasons hold it
+    for hidden in ([], [{"id": MISSING, "title": f"{MISSING} secret", "classification": ["secret"],
+                         "text": f"{MISSING} is being exploited against the reactor."}]):
+        client.define_classification("secret", implies=["internal"])
+        client.create_pipeline(name, embedder="none", live=source(remote))
+        client.ingest(name, PUBLIC + hidden)
+        with pgbraid.connect(data_dir=data_dir, principal=holder) as reader:
+            response = reader.search(name, MISSING, type="auto").model_dump(mode="json")
+        seen.append({
+            "hits": [(h["document_id"], h["version"], h["title"], h["page_content"])
+                     for h in response["hits"]],
+            "trace": [{k: v for k, v in strip_timings(e).items() if k != "details"}
+                      | {"stored": e["details"].get("stored")} for e in response["trace"]["retrievers"]]})
+        client.delete_pipeline(name)
+    assert seen[0]["trace"][-1]["status"] == "ran"
+    assert seen[0] == seen[1]

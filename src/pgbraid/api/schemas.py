@@ -14,6 +14,7 @@ from fastapi import Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..errors import InvalidRequest
+from ..live.config import LiveSource
 from ..models import NAME_RE, SearchRequest, shown
 
 NAME = f"^{NAME_RE.pattern}$"
@@ -48,6 +49,12 @@ class PipelineCreate(Body):
     """A text-search language (english, german, simple, ...)."""
     fulltext: bool = True
     chunk_size: int = Field(1000, ge=200, le=20_000)
+    encrypt: bool = False
+    """Store text, titles and the ``encrypt_metadata`` fields AES-256-GCM sealed."""
+    encrypt_metadata: list[str] | None = Field(None, max_length=100)
+    """Top-level metadata fields to seal too (needs ``encrypt``)."""
+    live: LiveSource | None = None
+    """A live source: what a search may fetch when the corpus lacks it (live fetch)."""
 
 
 class DocumentIn(Body):
@@ -270,6 +277,18 @@ class KeyInfo(Out):
 
 class KeyRevoked(Out):
     revoked: str
+
+
+class AuditEvent(Out):
+    """One row of the audit log (audit.py): ``count`` > 1 for requests counted per minute."""
+
+    id: int
+    at: str
+    principal: str
+    action: str
+    target: str | None
+    detail: dict[str, Any]
+    count: int
 
 
 class Status(Out):

@@ -27,8 +27,9 @@ from typing import Callable, Iterable, Iterator, Literal
 import numpy as np
 import psycopg
 
+from .. import encryption
 from ..embedders import Embedder
-from ..errors import NotFound, PgbraidError
+from ..errors import KeyUnavailable, NotFound, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
 from . import bm25_index, clock
@@ -41,19 +42,20 @@ FRAGMENT_KEY = "fragments_pkey"  # ids are random (migration 011): a collision i
 
 _INSERT_FRAGMENT = """
 INSERT INTO pgbraid.fragments
-    (pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
+    (id, pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
      tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title,
-     content_hash)
-SELECT %(pipeline)s, %(document)s, %(version)s, %(ordinal)s, %(section)s, %(body)s,
+     content_hash, key_id, words)
+SELECT coalesce(%(id)s::bigint, pgbraid.random_fragment_id()), %(pipeline)s, %(document)s,
+       %(version)s, %(ordinal)s, %(stored_section)s, %(stored_body)s,
        %(language)s, %(config)s::regconfig,
        CASE WHEN %(fulltext)s THEN
            setweight(to_tsvector(%(config)s::regconfig, coalesce(%(title)s, '')), 'A')
            || setweight(to_tsvector(%(config)s::regconfig, coalesce(%(section)s, '')), 'B')
            || setweight(to_tsvector(%(config)s::regconfig, %(body)s), 'C')
        END,
-       %(metadata)s, %(classifications)s, %(bm25_ordinal)s,
-       coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(title)s,
-       %(content_hash)s
+       %(stored_metadata)s, %(classifications)s, %(bm25_ordinal)s,
+       coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(stored_title)s,
+       %(content_hash)s, %(key_id)s, %(words)s
 FROM (SELECT sum(array_length(positions, 1)) AS length,
              array_agg(lexeme ORDER BY lexeme) AS terms,
              array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
@@ -145,16 +147,19 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
             return "unchanged", 0
 
     number = last + 1  # a removed document's numbers go on
+    sealing = encryption.sealing(conn, pipeline)
+    title, body, metadata, key_id = encryption.seal_version(sealing, document_id, number,
+                                                            doc.title, doc.text, doc.metadata)
     version_id = conn.execute(
         "INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,"
-        " classifications, language, source, valid_from)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-        (document_id, number, doc.title, doc.text, prepared.digest,
-         psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications),
+        " classifications, language, source, valid_from, key_id)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        (document_id, number, title, body, prepared.digest,
+         psycopg.types.json.Jsonb(metadata), list(prepared.classifications),
          prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source,
-         clock.stamp(conn, pipeline.id))).fetchone()[0]
+         clock.stamp(conn, pipeline.id), key_id)).fetchone()[0]
     fragment_ids = _insert_fragments(conn, pipeline, prepared, (document_id, version_id, partition),
-                                     pending)
+                                     pending, (sealing, number))
     if prepared.vectors is not None:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": fragment_ids, "pipeline": pipeline.id,
                                           "vectors": list(prepared.vectors)})
@@ -166,8 +171,10 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
 
 
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
-                      owners: tuple[int, int, int], pending: Pending) -> list[int]:
-    """Insert the fragments of (document, version, BM25 partition)."""
+                      owners: tuple[int, int, int], pending: Pending,
+                      sealed: tuple[encryption.Sealing | None, int]) -> list[int]:
+    """Insert the fragments of (document, version, BM25 partition), sealed by (sealing,
+    version number) when the pipeline is encrypted."""
     doc = prepared.doc
     document_id, version_id, partition = owners
     base = bm25_index.reserve_ordinals(conn, pipeline.id, len(prepared.pieces))
@@ -180,6 +187,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
         "bm25_ordinal": base + ordinal, "bm25_text": piece.bm25_text,
         "content_hash": piece.content_hash,
     } for ordinal, piece in enumerate(prepared.pieces)]
+    encryption.seal_fragments(*sealed, rows)
     ids = []
     with conn.cursor() as cur:
         cur.executemany(_INSERT_FRAGMENT, rows, returning=True)
@@ -372,6 +380,8 @@ def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, wri
         try:
             with conn.transaction():
                 outcome, fragments = write_document(conn, pipeline, item, pending, partition)
+        except KeyUnavailable:
+            raise  # no document can be sealed: the whole call fails, its batch rolled back
         except psycopg.errors.UniqueViolation as exc:
             if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
                 continue

@@ -43,6 +43,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .. import encryption
 from ..errors import InvalidRequest, NotEnabled
 from ..ingest.tokens import expand_code
 from ..models import SearchRequest, number
@@ -210,11 +211,16 @@ class BM25(Strategy):
         if engine in GATES and engine not in context.extensions:
             raise NotEnabled(f"the {engine} extension is not installed on this server",
                              strategy=self.name)
+        sealed = encryption.encrypted(pipeline)  # pg_search/pg_textsearch would index sealed text
+        if engine in GATES and sealed:
+            raise NotEnabled(f"{engine} indexes the stored text, which this encrypted pipeline "
+                             "seals: use engine pgbraid or auto", strategy=self.name)
         if engine == "pg_textsearch":
             from .textsearch import run_pg_textsearch
 
             return run_pg_textsearch(conn, pipeline, request, scope, k, context)
-        if engine in ("auto", "pg_search") and context.pgsearch and "pg_search" in context.extensions:
+        if (engine in ("auto", "pg_search") and context.pgsearch
+                and "pg_search" in context.extensions and not sealed):
             from .pgsearch import run_pg_search
 
             return run_pg_search(conn, pipeline, request, scope, k)
