@@ -8,8 +8,8 @@ clock), fragments with the same SQL expressions as writer._INSERT_FRAGMENT
 Pending / flush / merge_since, so segments, statistics and merges are those of
 ingestion. Pieces come from ingest.prepare, as ingestion makes them.
 
-Only for new documents of a pipeline without an embedder (what the lexical
-bench needs); tests/test_bench_bulk.py checks, on a sample, that it leaves the
+Only for new documents of a pipeline without an embedder or encryption (what
+the lexical bench needs); tests/test_bench_bulk.py checks, on a sample, that it leaves the
 same fragments, versions, postings and statistics as ``Client.ingest``.
 """
 
@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgbraid import encryption
 from pgbraid.ingest import bm25_index, clock
 from pgbraid.ingest.bm25_index import Pending
 from pgbraid.ingest.prepare import Prepared, prepare
@@ -91,8 +92,9 @@ def load(session: Callable, pipeline: Pipeline, batches: Iterable[list[Prepared]
 
     A call interrupted (each batch commits alone) is resumed by passing the segment
     it began at and the partitions it wrote: its merges then are those of one call."""
-    if pipeline.embedder:
-        raise ValueError("the bulk path writes no embeddings: use a pipeline without embedder")
+    if pipeline.embedder or encryption.encrypted(pipeline):
+        raise ValueError("the bulk path writes no embeddings and seals nothing: use a pipeline "
+                         "without embedder or encryption")
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)

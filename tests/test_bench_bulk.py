@@ -19,13 +19,14 @@ from pgbraid import pipelines
 _FRAGMENTS = """
 SELECT d.external_id, f.ordinal, f.section, f.body, f.language, f.ts_config::text, f.tsv::text,
        f.metadata, f.classifications, f.current, f.quarantined, f.bm25_ordinal, f.bm25_length,
-       f.bm25_terms, f.bm25_tfs, f.title, f.content_hash
+       f.bm25_terms, f.bm25_tfs, f.title, f.content_hash, f.key_id, f.words
 FROM pgbraid.fragments f JOIN pgbraid.documents d ON d.id = f.document_id
 WHERE f.pipeline_id = %s ORDER BY d.external_id, f.ordinal
 """
 _VERSIONS = """
 SELECT d.external_id, d.current_version, d.quarantined, v.version, v.title, v.body,
-       v.content_hash, v.metadata, v.classifications, v.language, v.source, v.valid_to
+       v.content_hash, v.metadata, v.classifications, v.language, v.source, v.valid_to,
+       v.key_id
 FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
 WHERE d.pipeline_id = %s ORDER BY d.external_id
 """

@@ -130,3 +130,14 @@ def test_opted_out_with_the_extension_installed_is_refused(textsearch, data_dir,
             other.search(name, "wing", type="bm25", params={"engine": "pg_textsearch"})
         default = other.search(name, "wing", type="bm25")
         assert default.trace.retrievers[0].details["engine"] == "pgbraid"
+
+
+def test_an_encrypted_pipeline_is_refused(textsearch):
+    """pg_textsearch would index the sealed text: refused like pg_search."""
+    client, _ = textsearch
+    name = f"pts-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none", encrypt=True)
+    client.ingest(name, [{"id": "a", "text": "supersonic wing flutter"}])
+    with pytest.raises(NotEnabled, match="seals"):
+        client.search(name, "wing flutter", type="bm25", params={"engine": "pg_textsearch"})
+    assert client.search(name, "wing flutter", type="bm25").hits[0].document_id == "a"

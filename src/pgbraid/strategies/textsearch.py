@@ -33,7 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NotEnabled
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
@@ -108,6 +108,9 @@ def ensure_index(context: Context, pipeline: Pipeline, partition: int,
             f=sql.Identifier("fragments")), config=sql.Literal(pipeline.language),
         k1=sql.Literal(K1), b=sql.Literal(B),
         predicate=_predicate(pipeline, classifications, "fragments"))
+    if context.owner is None:
+        raise NotEnabled("pg_textsearch's index for this classification set does not exist and "
+                         "no owner connection is at hand to build it", strategy="bm25")
     with context.owner() as owner:
         owner.execute(create)
 
