@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|all|plots] [--quick]`,
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|replicas|capacity|all|plots] [--quick]`,
 `python -m bench million [--build] [--sizes 100k,300k,1m]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
@@ -12,8 +12,8 @@ import argparse
 import importlib
 import pkgutil
 
-from . import (contention, crypto, fuzzy, graph, history, hybrid, lexical, live, load, million,
-               plots, vector)
+from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, lexical, live, load,
+               million, plots, replicas, vector)
 from .common import ROOT, console
 
 
@@ -36,7 +36,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "contention", "load", "million", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     parser.add_argument("--sizes", default="100k,300k,1m",
@@ -72,6 +72,10 @@ def main() -> None:
         live.run(queries=50 if args.quick else 150)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
+    if args.suite == "capacity":  # not in "all": sizes for docs/scale.md
+        capacity.run(quick=args.quick)
+    if args.suite == "replicas":  # not in "all": it makes and removes a streaming replica
+        replicas.run(quick=args.quick)
     if args.suite == "contention":  # not in "all": it measures latency under load, not speed
         contention.run()
 

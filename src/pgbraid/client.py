@@ -16,6 +16,7 @@ from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
+from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
@@ -46,8 +47,9 @@ class Client(TenantAdmin, LiveSources):
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
                  principal: Principal | None = None,
-                 keyring: encryption.Keyring | None = None) -> None:
+                 keyring: encryption.Keyring | None = None, reads: Router | None = None) -> None:
         self._db = db
+        self._reads = reads
         self.settings = settings
         self.server = server
         self.keyring = keyring or encryption.Keyring.from_settings(
@@ -62,7 +64,7 @@ class Client(TenantAdmin, LiveSources):
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal, self.keyring)
+        other = Client(self._db, self.settings, self.server, principal, self.keyring, self._reads)
         other._engine, other._borrowed, other._usage = self.engine, True, self._usage
         return other
 
@@ -93,7 +95,7 @@ class Client(TenantAdmin, LiveSources):
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k, keyring=self.keyring)
+                      max_k=s.max_k, keyring=self.keyring, reads=self._reads)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -182,6 +184,7 @@ class Client(TenantAdmin, LiveSources):
         audit.record(self._db, self.principal, "document.ingest", pipeline, {
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})
+        report.lsn = self._commit_lsn()
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self._db.admin() as conn:
@@ -196,7 +199,13 @@ class Client(TenantAdmin, LiveSources):
             version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
             audit.record(conn, self.principal, "document.delete", f"{pipeline}/{document_id}",
                          {"expired_version": version})
-        return {"document_id": document_id, "expired_version": version}
+        return {"document_id": document_id, "expired_version": version, "lsn": self._commit_lsn()}
+
+    def _commit_lsn(self) -> str:
+        """The primary's WAL position after this call's commits: a search with it as
+        ``min_lsn`` reads them on any replica (db/replicas.py)."""
+        with self._db.admin() as conn:
+            return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
     # -- reads ----------------------------------------------------------------
 
@@ -360,9 +369,18 @@ class Client(TenantAdmin, LiveSources):
         return grounding.ground(load, entity, value, scope=scope, strategies=strategies,
                                 gates=grounding.Gates(pgsearch=self.settings.pgsearch))
 
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each read replica's state as last sampled ([] without PGBRAID_READ_DSN)."""
+        if self._reads is None:
+            return []
+        self._reads.open()
+        return self._reads.status()
+
     def close(self) -> None:
         if not self._borrowed:
             self._usage.flush()
+            if self._reads is not None:
+                self._reads.close()
             self._db.close()
 
     def __enter__(self) -> "Client":
@@ -402,7 +420,11 @@ def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,
         target = server.start().dsn
     db = Database(target, statement_timeout_ms=settings.statement_timeout_ms,
                   max_size=settings.pool_size, timeout=settings.pool_timeout)
-    return Client(db, settings, server, principal)
+    reads = None
+    if split_dsns(settings.read_dsn):
+        reads = Router(db, split_dsns(settings.read_dsn), max_lag_bytes=settings.read_max_lag_bytes,
+                       wait_ms=settings.read_wait_ms, refresh_s=settings.read_refresh_s)
+    return Client(db, settings, server, principal, reads=reads)
 
 
 def load_settings(**values: Any) -> Settings:

@@ -9,7 +9,10 @@ classifications, builds the ``Scope``, runs the legs (further legs on sessions
 of their own that import the same snapshot, or in turn on the main session
 when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
 (highlight.py) and the next page's cursor in the same snapshot. Document reads
-and version listings run the same way.
+and version listings run the same way. With read replicas (db/replicas.py) a
+search's snapshot is on the replica the router chose (rerun on the primary if
+that replica fails under it) and the trace names it; every other read and
+every write stays on the primary.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import psycopg
 
 from . import documents, encryption, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
+from .db.replicas import Router
 from .errors import Forbidden, NotEnabled, PgbraidError
 from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
@@ -50,10 +54,13 @@ class Leg:
 
 class Engine:
     def __init__(self, db: Database, *, context: Context, max_query_chars: int,
-                 max_k: int, keyring: encryption.Keyring | None = None) -> None:
+                 max_k: int, keyring: encryption.Keyring | None = None,
+                 reads: Router | None = None) -> None:
         self.db = db
         self.keyring = keyring
         """Opens encrypted pipelines' values (bound to each pipeline in _resolve)."""
+        self.reads = reads
+        """Read replicas for searches (everything else reads the primary)."""
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
@@ -110,7 +117,21 @@ class Engine:
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started), None
         context = self.context_with_extensions()
-        with self.db.snapshot(principal.tenant) as snapshot:
+
+        def on(db: Database) -> tuple[SearchResponse, Pipeline]:
+            return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
+                                   started)
+        if self.reads is None:
+            return on(self.db)
+        (response, pipeline), served = self.reads.run(asked.consistency, asked.min_lsn, on)
+        trace = response.trace.model_copy(update={"server": served.as_dict()})
+        return response.model_copy(update={"trace": trace}), pipeline
+
+    def _search_on(self, db: Database, principal: Principal, pipeline_name: str,
+                   asked: SearchRequest, plan: planner.Plan, page: paging.Page,
+                   context: Context, started: float) -> tuple[SearchResponse, Pipeline]:
+        """The search in one snapshot of ``db`` (the primary or a read replica)."""
+        with db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
                                            asked.classification)
             request = asked.model_copy(update={"classification": held})

@@ -154,6 +154,9 @@ class IngestReportOut(Out):
     embedded: int
     stopped: bool
     failed: list[Failure]
+    lsn: str | None = None
+    """The primary's WAL position after the commits: pass it as a search's ``min_lsn``
+    to read them on a replica."""
 
 
 class DocumentOut(Out):
@@ -199,6 +202,8 @@ class VersionOut(Out):
 class DocumentExpired(Out):
     document_id: str
     expired_version: int
+    lsn: str | None = None
+    """The primary's WAL position after the commit (a search's ``min_lsn``)."""
 
 
 class FragmentOut(Out):

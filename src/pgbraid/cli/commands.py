@@ -54,6 +54,52 @@ def server_status(as_json: bool = JsonOpt) -> None:
         emit(status.as_dict()) if as_json else show_mapping("server", status.as_dict())
 
 
+replica_app = typer.Typer(no_args_is_help=True, help="Streaming read replicas of the embedded "
+                          "server (put their DSN in PGBRAID_READ_DSN).")
+server_app.add_typer(replica_app, name="replica")
+ReplicaName = typer.Option("replica1", "--name", help="The replica's name (a-z, 0-9, _).")
+
+
+def _replica(name: str):
+    from ..db.standby import EmbeddedReplica
+
+    return EmbeddedReplica(_server(), name)
+
+
+@replica_app.command("start")
+def replica_start(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Make (pg_basebackup -R, first time) and start a hot standby of the embedded server."""
+    with handled(as_json):
+        status = _replica(name).start()
+        emit(status.as_dict()) if as_json else show_mapping(
+            f"replica {name} running: PGBRAID_READ_DSN={status.dsn!r}", status.as_dict())
+
+
+@replica_app.command("stop")
+def replica_stop(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Stop a replica (it catches up when started again)."""
+    with handled(as_json):
+        status = _replica(name).stop()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name}", status.as_dict())
+
+
+@replica_app.command("status")
+def replica_status(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Is the replica running, and its DSN."""
+    with handled(as_json):
+        status = _replica(name).status()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name}", status.as_dict())
+
+
+@replica_app.command("remove")
+def replica_remove(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Stop a replica, delete its folder and drop its replication slot on the primary."""
+    with handled(as_json):
+        status = _replica(name).remove()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name} removed",
+                                                            status.as_dict())
+
+
 # -- pipelines ----------------------------------------------------------------
 
 LIVE_HOSTS = typer.Option(None, "--live-allow-host", help="A host the live source (and its "

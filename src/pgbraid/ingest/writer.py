@@ -97,6 +97,8 @@ class IngestReport:
     embedded: int = 0
     failed: list[ReadError] = field(default_factory=list)
     stopped: bool = False
+    lsn: str | None = None
+    """The primary's WAL position after the last commit (``min_lsn`` for a search)."""
 
     @property
     def processed(self) -> int:
@@ -107,6 +109,7 @@ class IngestReport:
             "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
             "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
             "failed": [{"source": f.source, "message": f.message} for f in self.failed],
+            "lsn": self.lsn,
         }
 
 

@@ -92,7 +92,10 @@ def search(client: "Client", name: str, body: dict[str, Any]) -> SearchResponse:
         return _with(response, TraceEntry(
             retriever=RETRIEVER, status="failed", reason=exc.message, ms=_ms(began),
             details={"host": exc.host, "status": exc.status, "fetched": values, "stored": []}))
-    fresh = client.engine.search(client.principal, name, body)  # cites the store only
+    # It cites the store only, read on the primary: a read replica may not have
+    # replayed the fetch's commit yet.
+    fresh = client.engine.search(client.principal, name, {
+        **{k: v for k, v in body.items() if k != "min_lsn"}, "consistency": "primary"})
     first = fetches[0]
     return _with(fresh, TraceEntry(
         retriever=RETRIEVER, status="ran", hits=len(stored), ms=_ms(began),
