@@ -90,7 +90,8 @@ def test_scope_current_versions_and_classification_sets(textsearch):
     client.create_pipeline(name, embedder="none")
     client.ingest(name, [{"id": "a", "text": "supersonic wing flutter at high mach numbers"},
                          {"id": "b", "text": "boundary layer transition on a flat plate"}])
-    search = {"type": "bm25", "params": {"engine": "pg_textsearch", "k": 5}}
+    search = {"type": "bm25", "params": {"engine": "pg_textsearch", "k": 5},
+              "classification": ["public"]}
     first = client.search(name, "wing flutter", **search)
     assert [h.document_id for h in first.hits] == ["a"]
     client.ingest(name, [{"id": "a", "text": "laminar flow over a swept cylinder"}])
@@ -102,10 +103,10 @@ def test_scope_current_versions_and_classification_sets(textsearch):
     after = client.search(name, "boundary layer", **search)  # public only: the secret's
     assert [(h.document_id, h.score) for h in after.hits] == \
         [(h.document_id, h.score) for h in before.hits]  # index is another one
-    secret = client.search(name, "boundary layer", classification=["secret"], **search)
+    secret = client.search(name, "boundary layer", **{**search, "classification": ["secret"]})
     assert [h.document_id for h in secret.hits] == ["s"]
     with pytest.raises(InvalidRequest, match="engine pgbraid"):
-        client.search(name, "boundary layer", classification=["public", "secret"], **search)
+        client.search(name, "boundary layer", **{**search, "classification": ["public", "secret"]})
     with pytest.raises(InvalidRequest, match="k1"):
         client.search(name, "wing", type="bm25", params={"engine": "pg_textsearch", "k1": 1.2})
 
