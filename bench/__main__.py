@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|replicas|capacity|all|plots] [--quick]`,
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|quarantine|replicas|capacity|all|plots] [--quick]`,
 `python -m bench million [--build] [--sizes 100k,300k,1m]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 
 from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, lexical, live, load,
-               million, plots, replicas, vector)
+               million, plots, quarantine, replicas, vector)
 from .common import ROOT, console
 
 
@@ -36,7 +36,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "quarantine", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     parser.add_argument("--sizes", default="100k,300k,1m",
@@ -70,6 +70,8 @@ def main() -> None:
         crypto.run(quick=args.quick)
     if args.suite in ("live", "all"):
         live.run(queries=50 if args.quick else 150)
+    if args.suite in ("quarantine", "all"):
+        quarantine.run(quick=args.quick)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
     if args.suite == "capacity":  # not in "all": sizes for docs/scale.md

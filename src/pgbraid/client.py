@@ -20,6 +20,7 @@ from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
+from .ingest import quarantine
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
@@ -206,6 +207,30 @@ class Client(TenantAdmin, LiveSources):
         ``min_lsn`` reads them on any replica (db/replicas.py)."""
         with self._db.admin() as conn:
             return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+    def quarantine_document(self, pipeline: str, document_id: str, *,
+                            reason: str | None = None) -> dict[str, Any]:
+        """Withhold a document from every search until released (write); idempotent."""
+        return self._quarantine(pipeline, document_id, True, reason)
+
+    def release_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Lift a quarantine: the document searches exactly as before it (write)."""
+        return self._quarantine(pipeline, document_id, False, None)
+
+    def _quarantine(self, pipeline: str, document_id: str, quarantined: bool,
+                    reason: str | None) -> dict[str, Any]:
+        """Every quarantine change, both ways (ingest/quarantine.py), audited with it."""
+        self.principal.require(pipeline, "write")
+        reason = quarantine.check(document_id, quarantined, reason)
+        with self._session() as conn:
+            state = quarantine.change(conn, pipelines.get(conn, pipeline), document_id,
+                                      quarantined=quarantined, reason=reason,
+                                      bound=self.principal.classifications)
+            if state["changed"]:
+                audit.record(conn, self.principal,
+                             "document.quarantine" if quarantined else "document.release",
+                             f"{pipeline}/{document_id}", {"reason": reason} if reason else None)
+        return {**state, "lsn": self._commit_lsn()}
 
     # -- reads ----------------------------------------------------------------
 

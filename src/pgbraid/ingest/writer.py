@@ -44,7 +44,7 @@ _INSERT_FRAGMENT = """
 INSERT INTO pgbraid.fragments
     (id, pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
      tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title,
-     content_hash, key_id, words)
+     content_hash, key_id, words, quarantined)
 SELECT coalesce(%(id)s::bigint, pgbraid.random_fragment_id()), %(pipeline)s, %(document)s,
        %(version)s, %(ordinal)s, %(stored_section)s, %(stored_body)s,
        %(language)s, %(config)s::regconfig,
@@ -55,7 +55,7 @@ SELECT coalesce(%(id)s::bigint, pgbraid.random_fragment_id()), %(pipeline)s, %(d
        END,
        %(stored_metadata)s, %(classifications)s, %(bm25_ordinal)s,
        coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), %(stored_title)s,
-       %(content_hash)s, %(key_id)s, %(words)s
+       %(content_hash)s, %(key_id)s, %(words)s, %(quarantined)s
 FROM (SELECT sum(array_length(positions, 1)) AS length,
              array_agg(lexeme ORDER BY lexeme) AS terms,
              array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
@@ -63,16 +63,18 @@ FROM (SELECT sum(array_length(positions, 1)) AS length,
 RETURNING id, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs
 """
 
-# The document, locked, with its current version and the highest version it ever had.
+# The document, locked, with its current version, the highest version it ever had and
+# whether it is quarantined.
 _DOCUMENT = """
 SELECT d.id, d.current_version,
-       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id)
+       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id),
+       d.quarantined
 FROM pgbraid.documents d WHERE d.pipeline_id = %s AND d.external_id = %s FOR UPDATE
 """
 
 _INSERT_EMBEDDINGS = """
-INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding)
-SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[])
+INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding, current)
+SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[]), NOT %(quarantined)s
 """
 
 # Current hashes of a batch's documents, and vectors of their current fragments.
@@ -135,12 +137,15 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     bm25_index.lock.
 
     The new fragments (of BM25 partition ``partition``) have their postings added to
-    ``pending``, which the batch flushes.
+    ``pending``, which the batch flushes; those of a quarantined document are written
+    quarantined, without postings or vectors in the current indexes (ingest/quarantine.py
+    restores them on release).
     """
     doc = prepared.doc
     conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
                  " ON CONFLICT (pipeline_id, external_id) DO NOTHING", (pipeline.id, doc.id))
-    document_id, current, last = conn.execute(_DOCUMENT, (pipeline.id, doc.id)).fetchone()
+    document_id, current, last, quarantined = conn.execute(
+        _DOCUMENT, (pipeline.id, doc.id)).fetchone()
     previous = None
     if current is not None:
         previous = conn.execute(
@@ -162,10 +167,12 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
          prepared.pieces[0].config if prepared.pieces else pipeline.language, doc.source,
          clock.stamp(conn, pipeline.id), key_id)).fetchone()[0]
     fragment_ids = _insert_fragments(conn, pipeline, prepared, (document_id, version_id, partition),
-                                     pending, (sealing, number))
+                                     Pending() if quarantined else pending, (sealing, number),
+                                     quarantined)
     if prepared.vectors is not None:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": fragment_ids, "pipeline": pipeline.id,
-                                          "vectors": list(prepared.vectors)})
+                                          "vectors": list(prepared.vectors),
+                                          "quarantined": quarantined})
     if previous is not None:
         _expire(conn, pipeline, previous[0])
     conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
@@ -175,9 +182,10 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
 
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepared,
                       owners: tuple[int, int, int], pending: Pending,
-                      sealed: tuple[encryption.Sealing | None, int]) -> list[int]:
+                      sealed: tuple[encryption.Sealing | None, int],
+                      quarantined: bool = False) -> list[int]:
     """Insert the fragments of (document, version, BM25 partition), sealed by (sealing,
-    version number) when the pipeline is encrypted."""
+    version number) when the pipeline is encrypted; a quarantined document's quarantined."""
     doc = prepared.doc
     document_id, version_id, partition = owners
     base = bm25_index.reserve_ordinals(conn, pipeline.id, len(prepared.pieces))
@@ -188,7 +196,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline, prepared: Pr
         "language": piece.config, "title": doc.title, "fulltext": pipeline.fulltext,
         "metadata": metadata, "classifications": list(prepared.classifications),
         "bm25_ordinal": base + ordinal, "bm25_text": piece.bm25_text,
-        "content_hash": piece.content_hash,
+        "content_hash": piece.content_hash, "quarantined": quarantined,
     } for ordinal, piece in enumerate(prepared.pieces)]
     encryption.seal_fragments(*sealed, rows)
     ids = []
