@@ -142,3 +142,18 @@ def test_an_encrypted_pipeline_is_refused(textsearch):
     with pytest.raises(NotEnabled, match="seals"):
         client.search(name, "wing flutter", type="bm25", params={"engine": "pg_textsearch"})
     assert client.search(name, "wing flutter", type="bm25").hits[0].document_id == "a"
+
+
+def test_a_quarantined_document_leaves_at_once_and_comes_back(textsearch):
+    client, _ = textsearch
+    name = f"pts-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none")
+    client.ingest(name, [{"id": "a", "text": "shock wave over a wedge"},
+                         {"id": "b", "text": "shock tube experiments"}])
+    search = {"type": "bm25", "params": {"engine": "pg_textsearch", "k": 5},
+              "classification": ["public"]}
+    assert {h.document_id for h in client.search(name, "shock", **search).hits} == {"a", "b"}
+    client.quarantine_document(name, "a", reason="suspect source")
+    assert [h.document_id for h in client.search(name, "shock", **search).hits] == ["b"]
+    client.release_document(name, "a")
+    assert {h.document_id for h in client.search(name, "shock", **search).hits} == {"a", "b"}
