@@ -295,7 +295,7 @@ class Client(TenantAdmin, LiveSources):
         if edges:
             graph.read_edges(Path(edges), data)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
@@ -306,14 +306,15 @@ class Client(TenantAdmin, LiveSources):
         self.principal.require(pipeline, "write")
         data = graph.from_records(vertices, edges)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key,
+                                age=self.settings.age)
             audit.record(conn, self.principal, "graph.delete", pipeline,
                          {"type": vertex_type, "key": key})
 

@@ -97,6 +97,17 @@ class Engine:
         return dataclasses.replace(self.context, extensions=self.db.extensions,
                                    owner=self.db.admin)
 
+    def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
+                 context: Context) -> Context:
+        """Writes a search needs before its read-only snapshot: the pipeline's Apache AGE
+        mirror, made current (only for a graph search asking for engine age, opted in)."""
+        if not (context.age and asked.type == "graph" and asked.params.get("engine") == "age"):
+            return context
+        from .strategies.graph import age
+
+        note = age.prepare(self.db, principal.tenant, pipeline_name)
+        return dataclasses.replace(context, extensions=self.db.extensions, age_mirror=note)
+
     # -- search -------------------------------------------------------------------
 
     def search(self, principal: Principal, pipeline_name: str,
@@ -117,7 +128,7 @@ class Engine:
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started), None
-        context = self.context_with_extensions()
+        context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
 
         def on(db: Database) -> tuple[SearchResponse, Pipeline]:
             return self._search_on(db, principal, pipeline_name, asked, plan, page, context,

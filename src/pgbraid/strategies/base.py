@@ -74,6 +74,9 @@ class Context:
     owner: Callable[[], Any] | None = None
     """A connection as the owner role (a context manager), for the indexes an opted-in
     engine builds on first use; None until a session is open."""
+    age_mirror: dict[str, Any] | None = None
+    """What preparing the pipeline's Apache AGE mirror did (graph, rebuilt, why), when a
+    graph search asked for engine age."""
 
 
 class Strategy(ABC):
