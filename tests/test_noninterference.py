@@ -227,3 +227,43 @@ def test_live_fetch_decides_within_the_readers_scope(data_dir, server, client, r
         client.delete_pipeline(name)
     assert seen[0]["trace"][-1]["status"] == "ran"
     assert seen[0] == seen[1]
+
+
+AGE_REQUESTS = [{"type": "graph", "query": "APT29", "params": {"k": 10, "mode": mode, "engine": "age"}}
+                for mode in ("similar", "neighbours")]
+
+
+def test_the_age_engine_is_just_as_blind_to_out_of_scope_changes(data_dir, world, build_extension):
+    """graph with engine age (its mirror, Cypher, the same scope for the documents cited)."""
+    build_extension("age")
+    pipeline, _ = world
+    holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
+    with pgbraid.connect(data_dir=data_dir, principal=holder, age=True) as reader, \
+            pgbraid.connect(data_dir=data_dir, age=True) as admin, \
+            pgbraid.connect(data_dir=data_dir, tenant="other", age=True) as other:
+        def observe_age() -> list[Any]:
+            return [strip_timings(reader.search(pipeline, **r).model_dump(mode="json"))
+                    for r in AGE_REQUESTS]
+
+        observe_age()  # the first AGE search makes the mirror (its trace says rebuilt)
+        before = observe_age()
+        assert before[0]["hits"] and before[0]["trace"]["retrievers"][0]["details"]["engine"] == "age"
+
+        def other_tenant():
+            other.create_pipeline(pipeline, embedder="none")
+            other.ingest(pipeline, PUBLIC + secret_documents(1))
+            other.load_graph_records(pipeline, VERTICES + [("group", "G9", "APT29 twin", ["s0"])],
+                                     EDGES + [("group", "G9", "uses", "technique", "T1")])
+            other.search(pipeline, "APT29", type="graph", params={"engine": "age"})
+
+        phases = {
+            "added": lambda: admin.ingest(pipeline, secret_documents(1)),
+            "removed": lambda: [admin.delete_document(pipeline, d["id"]) for d in secret_documents(1)],
+            "other tenant": other_tenant,
+        }
+        changed = {}
+        for phase, change in phases.items():
+            change()
+            after = observe_age()
+            changed[phase] = [i for i, response in enumerate(after) if response != before[i]]
+        assert changed == {phase: [] for phase in phases}, "responses changed"

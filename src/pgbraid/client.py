@@ -91,7 +91,8 @@ class Client(TenantAdmin, LiveSources):
         cache_bytes = s.postings_cache_mb * 1024 * 1024
         limits = FilterLimits(depth=s.filter_max_depth, conditions=s.filter_max_conditions,
                               value_bytes=s.filter_max_value_bytes, total_bytes=s.filter_max_bytes)
-        context = Context(pgsearch=s.pgsearch, age=s.age, embedder=self.embedder,
+        context = Context(pgsearch=s.pgsearch, textsearch=s.textsearch, age=s.age,
+                          embedder=self.embedder,
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
@@ -294,7 +295,7 @@ class Client(TenantAdmin, LiveSources):
         if edges:
             graph.read_edges(Path(edges), data)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
@@ -305,14 +306,15 @@ class Client(TenantAdmin, LiveSources):
         self.principal.require(pipeline, "write")
         data = graph.from_records(vertices, edges)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key,
+                                age=self.settings.age)
             audit.record(conn, self.principal, "graph.delete", pipeline,
                          {"type": vertex_type, "key": key})
 

@@ -66,6 +66,7 @@ class Engine:
         self.max_query_chars = max_query_chars
         self.max_k = max_k
         self._pgsearch_ready = False
+        self._textsearch_ready = False
 
     # -- requests -------------------------------------------------------------------
 
@@ -86,7 +87,26 @@ class Engine:
             with self.db.admin() as owner:  # searches run read-only: the index comes first
                 ensure_index(owner)
             self._pgsearch_ready = True
-        return dataclasses.replace(self.context, extensions=self.db.extensions)
+        if self.context.textsearch and not self._textsearch_ready:
+            from .strategies.textsearch import ensure_extension
+
+            with self.db.admin() as owner:
+                if ensure_extension(owner):
+                    self.db.extensions = self.db.extensions | {"pg_textsearch"}
+            self._textsearch_ready = True
+        return dataclasses.replace(self.context, extensions=self.db.extensions,
+                                   owner=self.db.admin)
+
+    def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
+                 context: Context) -> Context:
+        """Writes a search needs before its read-only snapshot: the pipeline's Apache AGE
+        mirror, made current (only for a graph search asking for engine age, opted in)."""
+        if not (context.age and asked.type == "graph" and asked.params.get("engine") == "age"):
+            return context
+        from .strategies.graph import age
+
+        note = age.prepare(self.db, principal.tenant, pipeline_name)
+        return dataclasses.replace(context, extensions=self.db.extensions, age_mirror=note)
 
     # -- search -------------------------------------------------------------------
 
@@ -110,7 +130,7 @@ class Engine:
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started), None
-        context = self.context_with_extensions()
+        context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
 
         def on(db: Database) -> tuple[SearchResponse, Pipeline]:
             return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
