@@ -20,7 +20,7 @@ from .db.database import Database
 from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
-from .errors import InvalidRequest, NotEnabled
+from .errors import InvalidRequest, NotEnabled, PayloadTooLarge
 from .ingest import guard, quarantine
 from .ingest.readers import FieldMap, items
 from .ingest.writer import IngestReport, delete_document, ingest
@@ -92,7 +92,8 @@ class Client(TenantAdmin, LiveSources):
         cache_bytes = s.postings_cache_mb * 1024 * 1024
         limits = FilterLimits(depth=s.filter_max_depth, conditions=s.filter_max_conditions,
                               value_bytes=s.filter_max_value_bytes, total_bytes=s.filter_max_bytes)
-        context = Context(pgsearch=s.pgsearch, age=s.age, embedder=self.embedder,
+        context = Context(pgsearch=s.pgsearch, textsearch=s.textsearch, age=s.age,
+                          embedder=self.embedder,
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
@@ -382,6 +383,9 @@ class Client(TenantAdmin, LiveSources):
         if type not in grounding.TEMPLATES:
             raise InvalidRequest(f"type must be one of {', '.join(grounding.TEMPLATES)}", field="type")
         number({"k": k}, "k", 10, 1, self.settings.max_k, integer=True, label="k")
+        if isinstance(query, str) and len(query) > grounding.MAX_VALUE_CHARS:
+            raise PayloadTooLarge(f"the query must be at most {grounding.MAX_VALUE_CHARS} "
+                                  "characters", field="query")
         _check_lookup(name, query, scope)
         with self._session() as conn:
             source = sources.get(conn, name)

@@ -66,6 +66,7 @@ class Engine:
         self.max_query_chars = max_query_chars
         self.max_k = max_k
         self._pgsearch_ready = False
+        self._textsearch_ready = False
 
     # -- requests -------------------------------------------------------------------
 
@@ -86,7 +87,15 @@ class Engine:
             with self.db.admin() as owner:  # searches run read-only: the index comes first
                 ensure_index(owner)
             self._pgsearch_ready = True
-        return dataclasses.replace(self.context, extensions=self.db.extensions)
+        if self.context.textsearch and not self._textsearch_ready:
+            from .strategies.textsearch import ensure_extension
+
+            with self.db.admin() as owner:
+                if ensure_extension(owner):
+                    self.db.extensions = self.db.extensions | {"pg_textsearch"}
+            self._textsearch_ready = True
+        return dataclasses.replace(self.context, extensions=self.db.extensions,
+                                   owner=self.db.admin)
 
     def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
                  context: Context) -> Context:
@@ -109,9 +118,11 @@ class Engine:
                   body: dict[str, Any] | SearchRequest) -> tuple[SearchResponse, Pipeline | None]:
         """The search and the pipeline it ran in (None for a plan that touches no
         database): live fetch reads the pipeline's settings from the same snapshot."""
+        # The permission first: a key that may not search never gets the planner to
+        # run its query (the identifier patterns are linear, yet cost time).
+        principal.require(pipeline_name, "read", "execute")
         asked = self.parse(body)
         page = paging.open_page(asked, self.max_k)
-        principal.require(pipeline_name, "read", "execute")
         started = time.perf_counter()
         plan = planner.for_request(asked)
         if not any(strategies.get(leg.strategy).touches_database for leg in plan.legs):

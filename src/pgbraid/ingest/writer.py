@@ -393,6 +393,13 @@ def _write_batch(session: Callable, pipeline: Pipeline, batch: Batch, report: In
         call.partitions |= bm25_index.flush(conn, pipeline.id, written, call.first_segment)
 
 
+def refused(exc: psycopg.Error, what: str | None = None) -> str:
+    """What the report says of a document PostgreSQL refused: the kind and SQLSTATE, not
+    PostgreSQL's message (it names constraints, columns and other rows' key values)."""
+    return (f"PostgreSQL refused the document: {what or type(exc).__name__} "
+            f"(SQLSTATE {exc.sqlstate or 'none'})")
+
+
 def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,
                report: IngestReport, partition: int) -> ReadError | None:
     """Write a document in a savepoint, once more if a random fragment id collided."""
@@ -406,9 +413,9 @@ def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, wri
         except psycopg.errors.UniqueViolation as exc:
             if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
                 continue
-            return ReadError(item.doc.source or item.doc.id, str(exc).split("\n")[0])
+            return ReadError(item.doc.source or item.doc.id, refused(exc, "duplicate key"))
         except (PgbraidError, psycopg.DataError, psycopg.IntegrityError) as exc:
-            message = exc.message if isinstance(exc, PgbraidError) else str(exc).split("\n")[0]
+            message = exc.message if isinstance(exc, PgbraidError) else refused(exc)
             return ReadError(item.doc.source or item.doc.id, message)
         written.extend(pending)
         setattr(report, outcome, getattr(report, outcome) + 1)
