@@ -185,7 +185,7 @@ class Client(TenantAdmin, LiveSources):
                                  {"error": type(exc).__name__})
             raise
         finally:
-            guard.audit_refused(self._db, self.principal, target.bound, pipeline)
+            guard.audit_refused(self._usage, self.principal, target.bound, pipeline)
         audit.record(self._db, self.principal, "document.ingest", pipeline, {
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})

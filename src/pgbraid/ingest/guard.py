@@ -13,8 +13,8 @@ through their hierarchy):
   that the id exists (never its content or classifications).
 
 Each refused record fails alone, as any failed record does (``on_error``
-decides whether the call goes on); the client audits the refusals of a call in
-one ``access.denied`` row. The unbounded principal (the local process, keys
+decides whether the call goes on); the client counts the refusals of a call as
+one ``access.denied`` (audit.denied). The unbounded principal (the local process, keys
 naming no classification) has no ``WriteBound`` and is not checked.
 """
 
@@ -26,7 +26,6 @@ from typing import Iterable
 import psycopg
 
 from .. import audit
-from ..db.database import Database
 from ..errors import Forbidden
 from ..scope import Principal, resolve_classifications
 
@@ -64,16 +63,16 @@ def bound_for(conn: psycopg.Connection, principal: Principal) -> WriteBound | No
     return WriteBound(frozenset(resolve_classifications(conn, principal.default_classifications)))
 
 
-def audit_refused(db: Database, principal: Principal, bound: WriteBound | None,
+def audit_refused(usage: audit.Usage, principal: Principal, bound: WriteBound | None,
                   pipeline: str) -> None:
-    """One access.denied row for the records of an ingest call the bound refused."""
+    """One access.denied count for the records of an ingest call the bound refused."""
     if bound is None or not bound.refused:
         return
     ids = ", ".join(repr(i) for i in bound.refused[:20])
     more = f" and {len(bound.refused) - 20} more" if len(bound.refused) > 20 else ""
-    audit.denied(db, principal, Forbidden(
-        f"{len(bound.refused)} document(s) refused by the writer's classifications: {ids}{more}",
-        pipeline=pipeline), "ingest", pipeline)
+    audit.denied(usage, principal, Forbidden(
+        f"{len(bound.refused)} document(s) of pipeline {pipeline!r} refused by the writer's "
+        f"classifications: {ids}{more}"), "ingest")
 
 
 def held_of(bound: "WriteBound | None") -> list[str] | None:
