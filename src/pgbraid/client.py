@@ -17,7 +17,8 @@ from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
 from .ingest.readers import FieldMap, items
-from .ingest.writer import IngestReport, delete_document, ingest
+from .ingest.batches import IngestReport, ingest
+from .ingest.writer import delete_document
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
                      parse_classifications, parse_version, printable, validate_document_id,
                      validate_name)

@@ -1,0 +1,107 @@
+"""Fragment rows: the text-search analysis of a batch, and writing its rows in bulk.
+
+Analysis (``analyse``) runs every ``to_tsvector`` of a batch in one statement on a
+connection of its own, before the batch's write transaction and outside the
+pipeline's BM25 lock: the fulltext ``tsvector`` and the BM25 forward index (length,
+sorted lexemes, term frequencies) of each piece. So that work runs on a second
+core while the previous batch is written, and concurrent ingesting processes do it
+side by side; the locked write is left with inserting rows and their indexes.
+
+Rows are written through a temporary table: ``COPY`` into it (COPY FROM is refused
+on a table under row-level security), then one ``INSERT ... SELECT`` into
+``pgbraid.fragments``, whose policy then checks every row.
+
+``stored_text`` is the one place that turns text into the value stored in a body
+column (versions and fragments): encryption at rest belongs there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from ..pipelines import Pipeline
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
+
+# Per piece, in order: the fulltext tsvector (as text: its input form is exact), and
+# BM25's length, lexemes and their frequencies from the code-expanded text.
+_ANALYSE = """
+SELECT CASE WHEN %(fulltext)s THEN
+           (setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
+            || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
+            || setweight(to_tsvector(x.c, x.b), 'C'))::text
+       END,
+       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}')
+FROM unnest(%(configs)s::regconfig[], %(titles)s::text[], %(sections)s::text[],
+            %(bodies)s::text[], %(bm25)s::text[]) WITH ORDINALITY AS x(c, t, s, b, m, n)
+CROSS JOIN LATERAL (
+    SELECT sum(array_length(positions, 1)) AS length,
+           array_agg(lexeme ORDER BY lexeme) AS terms,
+           array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
+    FROM unnest(to_tsvector(x.c, x.m))) AS b
+ORDER BY x.n
+"""
+
+COLUMNS = ("pipeline_id", "document_id", "version_id", "ordinal", "section", "body", "language",
+           "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal", "bm25_length",
+           "bm25_terms", "bm25_tfs", "title", "content_hash")
+_STAGE = "pgbraid_fragments_in"
+
+
+def stored_text(pipeline: Pipeline, text: str) -> Any:
+    """The value stored for a body text of ``pipeline`` (plain text today)."""
+    return text
+
+
+def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"]) -> None:
+    """Fill each piece's ``tsv`` and ``bm25`` (length, terms, tfs) in one statement."""
+    pieces = [(p, piece) for p in batch for piece in p.pieces]
+    if not pieces:
+        return
+    params = {
+        "fulltext": pipeline.fulltext,
+        "configs": [piece.config for _, piece in pieces],
+        "titles": [p.doc.title for p, _ in pieces],
+        "sections": [piece.section for _, piece in pieces],
+        "bodies": [piece.text for _, piece in pieces],
+        "bm25": [piece.bm25_text for _, piece in pieces],
+    }
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(_ANALYSE, params).fetchall()
+    for (_, piece), (tsv, length, terms, tfs) in zip(pieces, rows):
+        piece.tsv = tsv
+        piece.bm25 = (length, terms, tfs)
+
+
+def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int], ordinal: int,
+        bm25_ordinal: int) -> tuple:
+    """The fragments row of piece ``ordinal`` of (document, version), as COLUMNS."""
+    doc, piece = prepared.doc, prepared.pieces[ordinal]
+    length, terms, tfs = piece.bm25
+    return (pipeline.id, owners[0], owners[1], ordinal, piece.section,
+            stored_text(pipeline, piece.text), piece.config, piece.config, piece.tsv,
+            psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications), bm25_ordinal,
+            length, terms, tfs, doc.title, piece.content_hash)
+
+
+def insert(conn: psycopg.Connection, rows: list[tuple]) -> list[int]:
+    """Insert fragment rows (as COLUMNS); their ids, in the rows' order."""
+    names = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+    stage = sql.Identifier(_STAGE)
+    conn.execute(sql.SQL(
+        "CREATE TEMPORARY TABLE IF NOT EXISTS {} ON COMMIT DROP AS"
+        " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
+            for values in rows:
+                copy.write_row(values)
+        cur.execute(sql.SQL(
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
+            " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
+        ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
+        cur.execute(sql.SQL("TRUNCATE {}").format(stage))
+    return [ids[(values[2], values[3])] for values in rows]
