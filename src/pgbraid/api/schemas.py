@@ -139,6 +139,11 @@ class Failure(Out):
     message: str
 
 
+class SkippedOut(Out):
+    source: str
+    reason: str
+
+
 class IngestReportOut(Out):
     added: int
     updated: int
@@ -147,6 +152,7 @@ class IngestReportOut(Out):
     embedded: int
     stopped: bool
     failed: list[Failure]
+    skipped: list[SkippedOut]
 
 
 class DocumentOut(Out):

@@ -29,7 +29,7 @@ from ..strategies.vector.store import check_vector
 from . import bm25_index, fragments
 from .bm25_index import Pending
 from .prepare import Prepared, prepare
-from .readers import ReadError, SourceDocument
+from .readers import ReadError, Skipped, SourceDocument
 from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
 
 LEXICAL_BATCH = 256  # documents a batch without an embedder (fewer segments, fewer merges)
@@ -62,6 +62,8 @@ class IngestReport:
     embedded: int = 0
     failed: list[ReadError] = field(default_factory=list)
     stopped: bool = False
+    skipped: list[Skipped] = field(default_factory=list)
+    """Files of the folders ingested that were not read, and why."""
 
     @property
     def processed(self) -> int:
@@ -72,6 +74,7 @@ class IngestReport:
             "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
             "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
             "failed": [{"source": f.source, "message": f.message} for f in self.failed],
+            "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
         }
 
 
@@ -92,7 +95,8 @@ class Batch:
     embedding_failure: str | None = None
 
 
-def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument | ReadError], *,
+def ingest(session: Callable, pipeline: Pipeline,
+           items: Iterable[SourceDocument | ReadError | Skipped], *,
            embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
            batch_size: int | None = None,
            progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
@@ -106,7 +110,7 @@ def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
-            for chunk in _chunks(items, size):
+            for chunk in _chunks(_divert(items, report), size):
                 batch = pool.submit(_prepare, session, pipeline, chunk, embedder)
                 if previous is not None:
                     _finish(session, pipeline, previous.result(), report, call, on_error, progress)
@@ -121,6 +125,14 @@ def ingest(session: Callable, pipeline: Pipeline, items: Iterable[SourceDocument
         if call.partitions:
             with session() as conn:
                 bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+
+
+def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | ReadError]:
+    for item in items:
+        if isinstance(item, Skipped):
+            report.skipped.append(item)
+        else:
+            yield item
 
 
 def _chunks(items: Iterable, size: int) -> Iterator[list]:
