@@ -28,6 +28,9 @@ from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
 
 ANALYZE_AFTER = 1_000
+# ... and a tenth of the fragments the statistics last counted (autovacuum's default
+# share): a bulk load into a big table leaves its statistics representative.
+ANALYZE_SHARE = 0.1
 
 
 class Client:
@@ -175,8 +178,11 @@ class Client:
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self._db.admin() as conn:
-                conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
-                             " pgbraid.bm25_postings")
+                counted = conn.execute("SELECT reltuples FROM pg_class"
+                                       " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
+                if report.fragments >= ANALYZE_SHARE * max(counted, 0):
+                    conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
+                                 " pgbraid.documents, pgbraid.bm25_postings")
         return report
 
     def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from .prepare import Prepared, prepare
 from .readers import ReadError, Skipped, SourceDocument
 from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
 
-LEXICAL_BATCH = 256  # documents a batch without an embedder (fewer segments, fewer merges)
+LEXICAL_BATCH = 512  # documents a batch without an embedder (fewer segments, postings rows, merges)
 EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
 
 # Current hashes of a batch's documents, and vectors of their current fragments.
