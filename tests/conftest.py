@@ -68,3 +68,32 @@ def superuser(server):
 
     with psycopg.connect(server.status().dsn, autocommit=True) as conn:
         yield conn
+
+
+VENDOR = Path(os.environ.get("PGBRAID_SHARED_VENDOR")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "vendor")
+VENDORED = {"age": "apache-age-PG18-1.8.0.tar.gz", "pg_textsearch": "pg_textsearch-1.4.0.tar.gz",
+            "citus": "citus-14.0.1.tar.gz"}
+
+
+@pytest.fixture(scope="session")
+def build_extension(data_dir, server):
+    """Build a vendored extension into the session's data dir, once per test session
+    (restarting the session's server when it needs shared_preload_libraries); skips
+    where it cannot be built (no gcc/make, no vendored source)."""
+    import shutil
+
+    from pgbraid.db import extensions
+
+    def build(name: str):
+        source = VENDOR / VENDORED[name]
+        if shutil.which("gcc") is None or shutil.which("make") is None:
+            pytest.skip(f"{name} cannot be built here: no gcc or make")
+        if not source.exists():
+            pytest.skip(f"{name} cannot be built here: {source} is missing")
+        built = extensions.build(source, data_dir)
+        if built.restart_required:
+            server.restart()
+        return built
+
+    return build

@@ -5,7 +5,7 @@
 here, so nothing imports back up).
 """
 
-from . import commands, documents, entities, keys  # noqa: F401  (register the commands)
+from . import commands, documents, entities, extensions, keys  # noqa: F401  (register the commands)
 from .base import app, handled
 
 

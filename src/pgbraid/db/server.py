@@ -172,6 +172,11 @@ class EmbeddedServer:
                     pass
             return status
 
+    def restart(self, *, tcp_port: int | None = None) -> ServerStatus:
+        """Stop and start again (a new shared_preload_libraries takes effect)."""
+        self.stop()
+        return self.start(tcp_port=tcp_port)
+
     # -- internals ------------------------------------------------------------
 
     @contextmanager
@@ -218,10 +223,13 @@ class EmbeddedServer:
             (self.cluster / "postmaster.pid").unlink(missing_ok=True)
 
     def _pg_ctl_start(self, tcp_port: int | None) -> str | None:
+        from . import extensions  # it builds against this module's binaries
+
         listen = "127.0.0.1" if tcp_port else ""
         options = (f"-c listen_addresses='{listen}' -k {self.socket_dir} "
                    f"-c unix_socket_permissions=0700 -p {tcp_port or DEFAULT_PORT} "
-                   f"-c shared_buffers={shared_buffers_mb()}MB -c jit=off")
+                   f"-c shared_buffers={shared_buffers_mb()}MB -c jit=off "
+                   f"{extensions.server_options(self.data_dir)}")
         result = self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.cluster), "-w", "-t", "30",
                             "-l", str(self.log_file), "-o", options, "start"], check=False)
         return None if result.returncode == 0 else (result.stderr or result.stdout).strip()
