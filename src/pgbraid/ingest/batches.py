@@ -264,9 +264,9 @@ def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestRe
 
         written = Pending()
         fresh = _fresh(conn, pipeline, batch, on_error)
-        if fresh and not _write_fresh(conn, pipeline, fresh, written, report, partition):
-            fresh = []
-        done = {id(p) for p in fresh}
+        outcome = _write_fresh(conn, pipeline, fresh, written, report, partition) if fresh else ""
+        done = {id(p) for p in fresh} if outcome == "written" else set()
+        retried = {id(p) for p in fresh} if outcome == "collided" else set()
         for item in batch.items:
             if id(item) in done:
                 continue
@@ -274,7 +274,8 @@ def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestRe
                 report.unchanged += 1
                 continue
             if isinstance(item, Prepared):
-                item = _write_one(conn, pipeline, item, written, report, partition(item))
+                item = _write_one(conn, pipeline, item, written, report, partition(item),
+                                  retry=id(item) not in retried)
             if isinstance(item, ReadError):
                 report.failed.append(item)
                 if on_error == "stop":
@@ -304,25 +305,29 @@ def _fresh(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
 
 
 def _write_fresh(conn: psycopg.Connection, pipeline: Pipeline, fresh: list[Prepared],
-                 written: Pending, report: IngestReport, partition: Callable) -> bool:
-    """Write the new documents together in a savepoint; False when that failed (they are
-    then written one by one, so a failing one is reported alone)."""
+                 written: Pending, report: IngestReport, partition: Callable) -> str:
+    """Write the new documents together in a savepoint: "written", or "collided" (a random
+    fragment id) or "failed", when they are written one by one instead, so a failing one
+    is reported alone (after a collision, that is each one's retry)."""
     pending = Pending()
     try:
         with conn.transaction():
             counts = write_new(conn, pipeline, fresh, pending, partition)
+    except psycopg.errors.UniqueViolation as exc:
+        return "collided" if exc.diag.constraint_name == FRAGMENT_KEY else "failed"
     except (Conflict, *_WRITE_ERRORS):
-        return False
+        return "failed"
     written.extend(pending)
     report.added += len(counts)
     report.fragments += sum(counts)
-    return True
+    return "written"
 
 
 def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,
-               report: IngestReport, partition: int) -> ReadError | None:
-    """Write a document in a savepoint, once more if a random fragment id collided."""
-    for attempt in (1, 2):
+               report: IngestReport, partition: int, *, retry: bool = True) -> ReadError | None:
+    """Write a document in a savepoint, once more (``retry``) if a random fragment id
+    collided."""
+    for attempt in ((1, 2) if retry else (2,)):
         pending = Pending()
         try:
             with conn.transaction():
