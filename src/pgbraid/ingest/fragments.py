@@ -11,8 +11,10 @@ Rows are written through a temporary table: ``COPY`` into it (COPY FROM is refus
 on a table under row-level security), then one ``INSERT ... SELECT`` into
 ``pgbraid.fragments``, whose policy then checks every row.
 
-``stored_text`` is the one place that turns text into the value stored in a body
-column (versions and fragments): encryption at rest belongs there.
+``stored_version`` and ``stored_fragments`` are the one step that turns what was
+read and analysed into the values stored (a version's title, body and metadata; a
+fragment row's columns): encryption at rest belongs there. Every write path goes
+through them, after analysis, which reads the plain text.
 """
 
 from __future__ import annotations
@@ -52,9 +54,17 @@ COLUMNS = ("pipeline_id", "document_id", "version_id", "ordinal", "section", "bo
 _STAGE = "pgbraid_fragments_in"
 
 
-def stored_text(pipeline: Pipeline, text: str) -> Any:
-    """The value stored for a body text of ``pipeline`` (plain text today)."""
-    return text
+def stored_version(pipeline: Pipeline, document_id: int, number: int, title: str | None,
+                   body: str, metadata: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Version ``number`` of document row ``document_id``: (title, body, metadata) as
+    stored (as given, today)."""
+    return title, body, psycopg.types.json.Jsonb(metadata)
+
+
+def stored_fragments(pipeline: Pipeline, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fragment rows (COLUMNS, plus ``version``: the version number) as stored (as given,
+    today)."""
+    return rows
 
 
 def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"]) -> None:
@@ -77,19 +87,22 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
         piece.bm25 = (length, terms, tfs)
 
 
-def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int], ordinal: int,
-        bm25_ordinal: int) -> tuple:
-    """The fragments row of piece ``ordinal`` of (document, version), as COLUMNS."""
+def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
+        bm25_ordinal: int) -> dict[str, Any]:
+    """The row of piece ``ordinal`` of (document row, version row, version number)."""
     doc, piece = prepared.doc, prepared.pieces[ordinal]
     length, terms, tfs = piece.bm25
-    return (pipeline.id, owners[0], owners[1], ordinal, piece.section,
-            stored_text(pipeline, piece.text), piece.config, piece.config, piece.tsv,
-            psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications), bm25_ordinal,
-            length, terms, tfs, doc.title, piece.content_hash)
+    return {"pipeline_id": pipeline.id, "document_id": owners[0], "version_id": owners[1],
+            "version": owners[2], "ordinal": ordinal, "section": piece.section,
+            "body": piece.text, "language": piece.config, "ts_config": piece.config,
+            "tsv": piece.tsv, "metadata": doc.metadata,
+            "classifications": list(prepared.classifications), "bm25_ordinal": bm25_ordinal,
+            "bm25_length": length, "bm25_terms": terms, "bm25_tfs": tfs, "title": doc.title,
+            "content_hash": piece.content_hash}
 
 
-def insert(conn: psycopg.Connection, rows: list[tuple]) -> list[int]:
-    """Insert fragment rows (as COLUMNS); their ids, in the rows' order."""
+def insert(conn: psycopg.Connection, pipeline: Pipeline, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert fragment rows (``row``), as stored; their ids, in the rows' order."""
     names = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
     stage = sql.Identifier(_STAGE)
     conn.execute(sql.SQL(
@@ -97,11 +110,15 @@ def insert(conn: psycopg.Connection, rows: list[tuple]) -> list[int]:
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
-            for values in rows:
-                copy.write_row(values)
+            for values in stored_fragments(pipeline, rows):
+                copy.write_row([_dumpable(name, values[name]) for name in COLUMNS])
         cur.execute(sql.SQL(
             "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
             " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("TRUNCATE {}").format(stage))
-    return [ids[(values[2], values[3])] for values in rows]
+    return [ids[(values["version_id"], values["ordinal"])] for values in rows]
+
+
+def _dumpable(name: str, value: Any) -> Any:
+    return psycopg.types.json.Jsonb(value) if name == "metadata" and isinstance(value, dict) else value

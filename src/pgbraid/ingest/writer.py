@@ -21,7 +21,7 @@ from ..errors import NotFound
 from ..pipelines import Pipeline
 from . import bm25_index, clock, fragments
 from .bm25_index import Pending
-from .fragments import stored_text
+from .fragments import stored_version
 from .prepare import Prepared
 
 Outcome = Literal["added", "updated", "unchanged"]
@@ -88,12 +88,14 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
             return "unchanged", 0
 
     number = last + 1  # a removed document's numbers go on
+    title, body, metadata = stored_version(pipeline, document_id, number, doc.title, doc.text,
+                                           doc.metadata)
     version_id = conn.execute(_INSERT_VERSION, (
-        document_id, number, doc.title, stored_text(pipeline, doc.text), prepared.digest,
-        psycopg.types.json.Jsonb(doc.metadata), list(prepared.classifications),
-        _language(pipeline, prepared), doc.source, clock.stamp(conn, pipeline.id))).fetchone()[0]
-    ids = _insert_fragments(conn, pipeline, [(prepared, (document_id, version_id))], pending,
-                            partition=lambda p: partition)
+        document_id, number, title, body, prepared.digest, metadata,
+        list(prepared.classifications), _language(pipeline, prepared), doc.source,
+        clock.stamp(conn, pipeline.id))).fetchone()[0]
+    ids = _insert_fragments(conn, pipeline, [(prepared, (document_id, version_id, number))],
+                            pending, partition=lambda p: partition)
     if previous is not None:
         _expire(conn, pipeline, previous[0])
     conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
@@ -110,17 +112,19 @@ def write_new(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared
     documents = dict(conn.execute(_NEW_DOCUMENTS, {"pipeline": pipeline.id, "ids": ids}).fetchall())
     if len(documents) != len(batch):
         raise Conflict()
+    stored = [stored_version(pipeline, documents[p.doc.id], 1, p.doc.title, p.doc.text,
+                             p.doc.metadata) for p in batch]
     versions = dict(conn.execute(_NEW_VERSIONS, {
         "stamp": clock.stamp(conn, pipeline.id),
         "documents": [documents[i] for i in ids],
-        "titles": [p.doc.title for p in batch],
-        "bodies": [stored_text(pipeline, p.doc.text) for p in batch],
+        "titles": [s[0] for s in stored],
+        "bodies": [s[1] for s in stored],
         "hashes": [p.digest for p in batch],
-        "metadata": [psycopg.types.json.Jsonb(p.doc.metadata) for p in batch],
+        "metadata": [s[2] for s in stored],
         "classifications": [psycopg.types.json.Jsonb(list(p.classifications)) for p in batch],
         "languages": [_language(pipeline, p) for p in batch],
         "sources": [p.doc.source for p in batch]}).fetchall())
-    owners = [(p, (documents[p.doc.id], versions[documents[p.doc.id]])) for p in batch]
+    owners = [(p, (documents[p.doc.id], versions[documents[p.doc.id]], 1)) for p in batch]
     _insert_fragments(conn, pipeline, owners, pending, partition)
     return [len(p.pieces) for p in batch]
 
@@ -130,9 +134,10 @@ def _language(pipeline: Pipeline, prepared: Prepared) -> str:
 
 
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
-                      owners: list[tuple[Prepared, tuple[int, int]]], pending: Pending,
+                      owners: list[tuple[Prepared, tuple[int, int, int]]], pending: Pending,
                       partition: Callable[[Prepared], int]) -> list[int]:
-    """Insert the fragments (and vectors) of each (document, (document id, version id)),
+    """Insert the fragments (and vectors) of each (document, (document row, version row,
+    version number)),
     with fresh BM25 ordinals, adding their postings to ``pending``."""
     base = bm25_index.reserve_ordinals(conn, pipeline.id, sum(len(p.pieces) for p, _ in owners))
     rows, vectors = [], {}
@@ -143,7 +148,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
                 vectors[len(rows)] = prepared.vectors[ordinal]
             rows.append(fragments.row(pipeline, prepared, ids, ordinal, base + len(rows)))
             pending.add(base + len(rows) - 1, *piece.bm25, config=piece.config, partition=part)
-    fragment_ids = fragments.insert(conn, rows)
+    fragment_ids = fragments.insert(conn, pipeline, rows)
     if vectors:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": [fragment_ids[i] for i in vectors],
                                           "pipeline": pipeline.id, "vectors": list(vectors.values())})
