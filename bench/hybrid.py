@@ -13,6 +13,7 @@ import time
 
 from pgbraid.evaluation import evaluate, read_qrels
 
+from . import plots
 from .common import DATA, console, connect, has_pipeline, read_jsonl, table
 from .vector import PIPELINE as SCIFACT, ensure_pipeline as ensure_scifact
 
@@ -109,3 +110,22 @@ def run(*, quick: bool = False) -> None:
                 rows.append([name, m["nDCG@10"], m["R@100"]])
             table(f"{label} ({len(queries)} judged queries): nDCG@10 and recall@100",
                   ["system", "nDCG@10", "R@100"], rows)
+            plots.save("hybrid", f"relevance/{label}",
+                       {name: {"nDCG@10": n, "R@100": r} for name, n, r in rows},
+                       queries=len(queries))
+
+
+def plot(results: dict) -> list:
+    """nDCG@10 per strategy (bars) per collection (groups)."""
+    measured = {label: plots.data(results, f"relevance/{label}") for label in COLLECTIONS}
+    measured = {label: systems for label, systems in measured.items() if systems}
+    if not measured:
+        return []
+    names = list(dict.fromkeys(name for systems in measured.values() for name in systems))
+    series = {name: [systems.get(name, {}).get("nDCG@10") for systems in measured.values()]
+              for name in names}
+    short = {"SciFact, one fragment per abstract": "SciFact\n(whole abstracts)",
+             "SciFact": "SciFact\n(~1,000-char fragments)"}
+    groups = [short.get(label, label) for label in measured]
+    return [plots.grouped("ndcg-per-strategy", "nDCG@10 per strategy and collection",
+                          groups, series, "nDCG@10")]

@@ -18,6 +18,7 @@ import tantivy
 from pgbraid.evaluation import evaluate, read_qrels
 from pgbraid.ingest.tokens import expand_code
 
+from . import plots
 from .common import DATA, console, connect, has_pipeline, percentiles, read_jsonl, table, timed
 
 SCIFACT = "bench-scifact"
@@ -210,12 +211,15 @@ def relevance(client, peers: Peers) -> None:
         rows.append([name, m["nDCG@10"], m["R@100"], m["RR@10"]])
     table("SciFact test (300 queries, 5,183 abstracts): relevance",
           ["system", "nDCG@10", "R@100", "RR@10"], rows)
+    plots.save("lexical", "relevance", {name: {"nDCG@10": n, "R@100": r, "RR@10": rr}
+                                        for name, n, r, rr in rows})
 
 
 # -- speed --------------------------------------------------------------------
 
 def speed(client, pipeline: str, peers: Peers, label: str) -> None:
     pid = pipeline_id(client, pipeline)
+    measured = {}
     queries, _ = scifact_queries()
     sets = {"SciFact queries": [t for _, t in queries], "30-token code chunks": code_chunks()}
     uncached = connect(postings_cache_mb=0)  # every posting list read from PostgreSQL
@@ -243,6 +247,7 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
             samples = [timed(lambda t=t, toks=toks, orq=orq: search(t, toks, orq))
                        for t, toks, orq in prepared]
             results[name] = percentiles(samples)
+        measured[set_name] = {n: {"p50": p50, "p95": p95} for n, (p50, p95) in results.items()}
         base = results["bm25s (in memory)"][0]
         table(f"{label}: {set_name} ({len(prepared)}), latency in ms, one client thread",
               ["system", "p50", "p95", "p50 / bm25s"],
@@ -250,6 +255,8 @@ def speed(client, pipeline: str, peers: Peers, label: str) -> None:
         exact = sum(_same_top(client, pipeline, peers, t, toks) for t, toks, _ in prepared)
         console.print(f"  pgbraid bm25 top-10 identical to bm25s on the same tokens: "
                       f"{exact}/{len(prepared)} queries")
+    fragments = current_fragments(client, pipeline)
+    plots.save("lexical", f"latency/{fragments}", measured, fragments=fragments, label=label)
 
 
 def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10, 40)) -> None:
@@ -319,9 +326,36 @@ def run(*, quick: bool = False) -> None:
             return
         ensure_big(client)
         big = Peers(client, BIG)
-        with client.session() as conn:
-            n = conn.execute("SELECT count(*) FROM pgbraid.fragments f JOIN pgbraid.pipelines p"
-                             " ON p.id = f.pipeline_id WHERE p.name = %s AND f.current",
-                             (BIG,)).fetchone()[0]
+        n = current_fragments(client, BIG)
         speed(client, BIG, big, f"{n:,} fragments (SciFact + shuffled copies, Godot, Cranfield, CISI)")
         pruning(client, BIG)
+
+
+def current_fragments(client, pipeline: str) -> int:
+    with client.session() as conn:
+        return conn.execute("SELECT count(*) FROM pgbraid.fragments f JOIN pgbraid.pipelines p"
+                            " ON p.id = f.pipeline_id WHERE p.name = %s AND f.current",
+                            (pipeline,)).fetchone()[0]
+
+
+def plot(results: dict) -> list:
+    """Latency against corpus size per system (p50, one line each), and nDCG@10 per system."""
+    drawn = []
+    sizes = sorted((entry for key, entry in results.items() if key.startswith("latency/")),
+                   key=lambda entry: entry["fragments"])
+    if sizes:
+        panels: dict = {}
+        for entry in sizes:
+            for set_name, systems in entry["data"].items():
+                for system, figures in systems.items():
+                    panels.setdefault(set_name, {}).setdefault(system, []).append(
+                        (entry["fragments"], figures["p50"]))
+        drawn.append(plots.lines(
+            "lexical-latency", "Lexical latency against corpus size (p50 per query, ms)", panels,
+            "current fragments in the pipeline", "p50 ms (log)"))
+    relevance = plots.data(results, "relevance")
+    if relevance:
+        drawn.append(plots.bars(
+            "lexical-ndcg", "SciFact test, 300 queries: nDCG@10 per system", "nDCG@10",
+            {name: m["nDCG@10"] for name, m in relevance.items()}, digits=3))
+    return drawn

@@ -22,6 +22,7 @@ from pgbraid.evaluation import evaluate, read_qrels
 from pgbraid.ingest.chunking import chunk
 from pgbraid.ingest.prepare import embedding_text
 
+from . import plots
 from .common import DATA, console, connect, has_pipeline, percentiles, read_jsonl, table, timed
 
 PIPELINE = "bench-scifact-vec"
@@ -52,6 +53,21 @@ def throughput(client) -> None:
           [["bare model (ONNX, batches of 32, sorted by length)", bare, len(texts) / bare, 1.0],
            ["pgbraid ingest (chunk, embed, write, index)", ingest, report.embedded / ingest,
             (report.embedded / ingest) / (len(texts) / bare)]])
+    plots.save("vector", "throughput", {"bare model (ONNX, batches of 32)": len(texts) / bare,
+                                        "pgbraid ingest (chunk, embed, write, index)":
+                                            report.embedded / ingest},
+               unit="fragments/s", documents=len(records), fragments=len(texts))
+
+
+def plot(results: dict) -> list:
+    """Ingestion throughput with the default embedder against the bare model."""
+    entry = results.get("throughput")
+    if not entry:
+        return []
+    return [plots.bars("ingest-throughput",
+                       f"Ingestion with the default embedder (minilm), {entry['documents']} "
+                       f"SciFact abstracts, {entry['fragments']} fragments",
+                       entry["unit"], entry["data"])]
 
 
 def ensure_pipeline(client) -> str:

@@ -57,3 +57,27 @@ def test_pool_size_and_timeout_come_from_settings(monkeypatch, data_dir, server)
     monkeypatch.delenv("PGBRAID_POOL_SIZE")
     with pgbraid.connect(data_dir=data_dir) as client:
         assert client.settings.pool_size == 16 and client._db._max_size == 16
+
+
+def test_a_database_migrated_by_another_build_is_refused_by_name(server, superuser):
+    """Two builds that both number a migration 015 must not skip each other's."""
+    import psycopg
+    import pytest
+
+    from pgbraid import BackendUnavailable
+    from pgbraid.db.migrations import migrate, migration_files
+
+    name = f"other_build_{uuid.uuid4().hex[:8]}"
+    superuser.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    dsn = server.status().dsn.replace("dbname=postgres", f"dbname={name}")
+    last, last_name, _ = migration_files()[-1]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+            conn.execute("UPDATE pgbraid.schema_migrations SET name = 'x_other_build.sql'"
+                         " WHERE version = %s", (last,))
+            with pytest.raises(BackendUnavailable, match=f"{last} as x_other_build.sql.*{last_name}"):
+                migrate(conn)
+    finally:
+        superuser.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(
+            psycopg.sql.Identifier(name)))

@@ -41,6 +41,28 @@ def test_misspelled_names_find_the_company_first(client, companies, typed, expec
     assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.parametrize("typed, expected", [
+    ("Pulbic Stoarge", "Public Storage"),                    # a typo in each of two words
+    ("Hanfia Lmiited", "Hafnia Limited"),
+    ("Plexups Coop.", "Plexus Corp."),
+])
+def test_two_typo_names_widen_the_default_threshold(client, companies, typed, expected):
+    response = client.search(companies, typed, type="fuzzy", params={"k": 3})
+    assert response.hits[0].page_content == expected
+    details = response.trace.retrievers[0].details
+    assert details["threshold"] == 0.3 and "fewer than 3" in details["widened"]
+    # A threshold given in the request is used as given: nothing reaches 0.5.
+    strict = client.search(companies, typed, type="fuzzy", params={"k": 3, "threshold": 0.5})
+    assert strict.hits == () and "widened" not in strict.trace.retrievers[0].details
+
+
+def test_a_full_list_at_the_default_is_not_widened(client, companies):
+    response = client.search(companies, "Apple", type="fuzzy", params={"k": 1})
+    assert response.hits[0].page_content == "Apple Inc."
+    assert response.trace.retrievers[0].details["threshold"] == 0.5
+    assert "widened" not in response.trace.retrievers[0].details
+
+
 def test_threshold_narrows_and_explains(client, companies):
     strict = client.search(companies, "Aple Inc", type="fuzzy", params={"k": 10, "threshold": 0.7})
     assert [h.page_content for h in strict.hits] == ["Apple Inc."]

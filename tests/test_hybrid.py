@@ -176,3 +176,53 @@ def test_planner_weighs_questions_and_names():
     assert {l.strategy: l.weight for l in question.legs} == {"bm25": 1.0, "similarity": 1.5}
     name = plan("Berkshire Hathaway")
     assert "fuzzy" in [l.strategy for l in name.legs]
+
+
+def test_only_names_get_a_fuzzy_leg():
+    assert "fuzzy" in [l.strategy for l in plan("Mircosoft Sharepoint").legs]
+    assert "fuzzy" not in [l.strategy for l in plan("mircosoft sharepoint").legs]
+
+
+def test_fuzzy_leads_only_when_a_word_is_missing_and_no_weights_are_given():
+    from pgbraid.models import SearchRequest
+    from pgbraid.planner import leader
+
+    request = SearchRequest(query="Mircosoft Sharepoint", type="auto")
+    assert leader(request, plan(request.query), []) is None          # every word is known
+    chosen = plan(request.query)
+    assert leader(request, chosen, ["mircosoft"]) == "fuzzy"
+    assert "mircosoft" in chosen.reasons[-1]
+    weighted = SearchRequest(query="Mircosoft Sharepoint", type="auto",
+                             params={"weights": {"bm25": 2}})
+    assert leader(weighted, plan(weighted.query), ["mircosoft"]) is None
+    hybrid = SearchRequest(query="Mircosoft Sharepoint", type="hybrid")
+    assert leader(hybrid, plan(hybrid.query), ["mircosoft"]) is None
+
+
+def test_lead_orders_the_leaders_hits_first():
+    from pgbraid.fusion import lead
+
+    rows = {name: [Row(fragment_id=i, document_id=str(i), version=1, title="", body="",
+                       metadata={}, classifications=[], language=None, score=1.0) for i in ids]
+            for name, ids in {"bm25": [1, 2], "similarity": [1, 2], "fuzzy": [3, 2]}.items()}
+    fused = fuse(rows)
+    assert [f.row.fragment_id for f in fused][0] == 2
+    assert [f.row.fragment_id for f in lead(fused, "fuzzy")] == [3, 2, 1]
+    assert lead(fused, None) == fused
+
+
+@pytest.mark.parametrize("typed", ["Mircosoft Sharepoint", "mircosoft sharepiont"])
+def test_auto_finds_a_product_with_a_typo_in_each_word(client, kev, typed):
+    response = client.search(kev, typed, type="auto", params={"k": 3})
+    assert "SharePoint" in response.hits[0].title
+    assert "likely misspelled" in response.trace.fusion["plan"]["reasons"][-1]
+    fuzzy = next(e for e in response.trace.retrievers if e.retriever == "fuzzy")
+    assert fuzzy.status == "ran" and fuzzy.hits > 0
+    followed = "a fuzzy leg ran after the others" in " ".join(
+        response.trace.fusion["plan"]["reasons"])
+    assert followed == typed.islower()  # capitalised: planned; lowercase: after bm25 showed it
+
+
+def test_a_known_lowercase_query_runs_no_fuzzy_leg(client, kev):
+    response = client.search(kev, "remote code execution", type="auto", params={"k": 3})
+    assert "fuzzy" not in [e.retriever for e in response.trace.retrievers]

@@ -23,7 +23,8 @@ from pgbraid.scope import Principal
 
 QUERY = "reactor maintenance schedule"
 PUBLIC = [
-    {"id": "p1", "title": "Reactor handbook", "text": "The reactor maintenance schedule is weekly."},
+    {"id": "p1", "title": "Reactor handbook", "text": "The reactor maintenance schedule is weekly.",
+     "metadata": {"team": "reactor operations"}},
     {"id": "p2", "title": "Visitor centre", "text": "Reactor visitor centre opening hours."},
     {"id": "p3", "title": "APT29 report", "text": "APT29 uses spearphishing and PowerShell."},
     {"id": "p4", "title": "Cozy Bear", "text": "Cozy Bear shares techniques with APT29."},
@@ -95,15 +96,18 @@ def strip_timings(value: Any) -> Any:
     return value
 
 
-@pytest.fixture()
-def world(data_dir, server, superuser):
+@pytest.fixture(params=[False, True], ids=["plain", "encrypted"])
+def world(request, data_dir, server, superuser):
     name = f"ni-{uuid.uuid4().hex[:8]}"
     table = f"suppliers_{uuid.uuid4().hex[:6]}"
     superuser.execute(f"CREATE TABLE {table} (id serial PRIMARY KEY, name text NOT NULL)")
     superuser.execute(f"INSERT INTO {table} (name) VALUES ('Acme Metal Fabrication'), ('Apex Tools')")
     with pgbraid.connect(data_dir=data_dir) as admin:
         admin.define_classification("secret", implies=["internal"])
-        admin.create_pipeline(name)  # the default embedder: similarity and mmr run too
+        # The default embedder: similarity and mmr run too. Encrypted, every walk repeats over
+        # sealed text, titles and metadata (opened for the returned hits only).
+        admin.create_pipeline(name, encrypt=request.param,
+                              encrypt_metadata=["team"] if request.param else None)
         admin.ingest(name, PUBLIC + INTERNAL)
         admin.load_graph_records(name, VERTICES, EDGES)
         admin.add_source(f"src_{table}", table=table, key="id", text="name", create_indexes=True)
@@ -129,17 +133,35 @@ def observe(reader: pgbraid.Client, pipeline: str, source: str) -> dict[str, Any
     return seen
 
 
-def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world):
+def _tamper_secrets(superuser, pipeline: str) -> None:
+    """Spoil every sealed value of the secret documents: a reader who may not see them
+    never opens them, so its responses cannot change (nor fail)."""
+    superuser.execute(
+        "UPDATE pgbraid.fragments f SET body = 'pgbraid:1:0000000000000000:spoilt',"
+        " title = 'pgbraid:1:0000000000000000:spoilt' FROM pgbraid.pipelines p"
+        " WHERE p.id = f.pipeline_id AND p.name = %s AND 'secret' = ANY(f.classifications)",
+        (pipeline,))
+    assert superuser.execute(
+        "UPDATE pgbraid.versions v SET body = 'pgbraid:1:0000000000000000:spoilt'"
+        " FROM pgbraid.documents d JOIN pgbraid.pipelines p ON p.id = d.pipeline_id"
+        " WHERE d.id = v.document_id AND p.name = %s AND 'secret' = ANY(v.classifications)",
+        (pipeline,)).rowcount
+
+
+def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world, superuser):
     pipeline, source = world
     holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
     with pgbraid.connect(data_dir=data_dir, principal=holder) as reader, \
             pgbraid.connect(data_dir=data_dir) as admin, \
             pgbraid.connect(data_dir=data_dir, tenant="other") as other:
+        encrypted = admin.pipeline(pipeline).encrypted
         before = observe(reader, pipeline, source)
         assert before[f"0:{next(iter(strategies.REGISTRY))}:{QUERY}"]["hits"], "walk found nothing"
         phases = {
             "added": lambda: admin.ingest(pipeline, secret_documents(1)),
             "changed": lambda: admin.ingest(pipeline, secret_documents(2)),
+            **({"sealed secrets spoilt": lambda: _tamper_secrets(superuser, pipeline)}
+               if encrypted else {}),
             "removed": lambda: [admin.delete_document(pipeline, d["id"]) for d in secret_documents(2)],
             "other tenant": lambda: (other.create_pipeline(pipeline, embedder="none"),
                                      other.ingest(pipeline, PUBLIC + secret_documents(1))),

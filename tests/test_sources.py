@@ -393,6 +393,9 @@ def _login_role(server, superuser, *, createrole: bool):
     # what migrate() needs of an external login: CREATE on the database and pgbraid's schema
     superuser.execute(sql.SQL("GRANT CREATE ON DATABASE postgres TO {}").format(sql.Identifier(login)))
     superuser.execute(sql.SQL("GRANT CREATE ON SCHEMA pgbraid TO {}").format(sql.Identifier(login)))
+    # and reading the migration record, which an external login owns (pgbraid_app may not)
+    superuser.execute(sql.SQL("GRANT SELECT ON pgbraid.schema_migrations TO {}").format(
+        sql.Identifier(login)))
     dsn = server.status().dsn.replace("user=postgres", f"user={login}")
     try:
         yield login, dsn

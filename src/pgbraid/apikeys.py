@@ -130,23 +130,37 @@ def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str
 
 
 def authenticate(session: Callable[[], ContextManager[psycopg.Connection]],
-                 token: str | None) -> Principal:
-    """The principal a bearer token stands for; Unauthorized when there is none."""
-    if not token:
-        raise Unauthorized("an API key is required: Authorization: Bearer KEY")
-    if (len(token) != TOKEN_CHARS or not token.startswith(TOKEN_PREFIX)
-            or not token.isascii() or not token.isprintable()):
-        raise Unauthorized("invalid API key")
-    wanted = digest(token)
-    with session() as conn, conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute("SELECT * FROM pgbraid.api_key_by_digest(%s)", (wanted,)).fetchone()
-    if row is None or not hmac.compare_digest(bytes(row["digest"]), wanted):
-        raise Unauthorized("invalid API key")
-    if row["revoked"]:
-        raise Unauthorized("this API key was revoked")
-    if row["expired"]:
-        raise Unauthorized("this API key has expired")
+                 token: str | None,
+                 refused: Callable[[dict[str, Any] | None, str], None] | None = None) -> Principal:
+    """The principal a bearer token stands for; Unauthorized when there is none (after
+    telling ``refused`` the key's row, when the key is known, and why)."""
+    row, why = _lookup(session, token)
+    if why is not None:
+        if refused is not None:
+            refused(row, why)
+        raise Unauthorized(why)
+    assert row is not None
     classifications = row["classifications"]
     return Principal(row["tenant_id"], {row["pipeline"]: frozenset(row["permissions"])},
                      tuple(classifications) if classifications is not None else None,
                      bool(row["tenant_admin"]), row["id"])
+
+
+def _lookup(session: Callable[[], ContextManager[psycopg.Connection]],
+            token: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The key's row and why it is refused (None: it is valid)."""
+    if not token:
+        return None, "an API key is required: Authorization: Bearer KEY"
+    if (len(token) != TOKEN_CHARS or not token.startswith(TOKEN_PREFIX)
+            or not token.isascii() or not token.isprintable()):
+        return None, "invalid API key"
+    wanted = digest(token)
+    with session() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM pgbraid.api_key_by_digest(%s)", (wanted,)).fetchone()
+    if row is None or not hmac.compare_digest(bytes(row["digest"]), wanted):
+        return None, "invalid API key"
+    if row["revoked"]:
+        return row, "this API key was revoked"
+    if row["expired"]:
+        return row, "this API key has expired"
+    return row, None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import apikeys, embedders, grounding, pipelines, sources
+from . import audit, embedders, encryption, grounding, pipelines, rotation, sources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
@@ -20,12 +21,13 @@ from .ingest.readers import FieldMap, items
 from .ingest.batches import IngestReport, ingest
 from .ingest.writer import delete_document
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
-                     parse_classifications, parse_version, printable, validate_document_id,
+                     parse_version, printable, validate_document_id,
                      validate_name)
-from .scope import ANY_PIPELINE, CLOSE_CLASSIFICATIONS, FilterLimits, Principal
+from .scope import ANY_PIPELINE, FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
 from .strategies.query_language import QueryLanguages
+from .tenancy import TenantAdmin
 
 ANALYZE_AFTER = 1_000
 # ... and a tenth of the fragments the statistics last counted (autovacuum's default
@@ -33,35 +35,38 @@ ANALYZE_AFTER = 1_000
 ANALYZE_SHARE = 0.1
 
 
-class Client:
+@audit.audits_denials
+class Client(TenantAdmin):
     """A principal's handle on pgbraid: pipelines, ingestion, search, document reads.
 
     Every call acts as ``principal`` (by default the local process, its tenant's
     admin: it holds the database's credentials anyway). There is no superuser
     handle: migrations and server management keep their own narrow paths.
+    Every write is audited in its own transaction, every Forbidden a public
+    method raises is audited once (``audit.audits_denials``).
     """
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
-                 principal: Principal | None = None) -> None:
+                 principal: Principal | None = None,
+                 keyring: encryption.Keyring | None = None) -> None:
         self._db = db
         self.settings = settings
         self.server = server
+        self.keyring = keyring or encryption.Keyring.from_settings(
+            settings, embedded=server is not None)
         self.principal = principal or Principal.local(validate_name("tenant", settings.tenant))
         validate_name("tenant", self.principal.tenant)
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
         self._borrowed = False
+        self._usage = audit.Usage(db)
 
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal)
-        other._engine, other._borrowed = self.engine, True
+        other = Client(self._db, self.settings, self.server, principal, self.keyring)
+        other._engine, other._borrowed, other._usage = self.engine, True, self._usage
         return other
-
-    def authenticate(self, token: str | None) -> Principal:
-        """The principal an API key stands for (Unauthorized when none, revoked or expired)."""
-        return apikeys.authenticate(lambda: self._db.session(""), token)
 
     def ready(self) -> dict[str, Any]:
         """PostgreSQL reachable and every migration applied (BackendUnavailable otherwise)."""
@@ -89,7 +94,7 @@ class Client:
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k)
+                      max_k=s.max_k, keyring=self.keyring)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -102,9 +107,13 @@ class Client:
 
     # -- pipelines ------------------------------------------------------------
 
-    def create_pipeline(self, name: str, *, embedder: str = "minilm", **options: Any) -> PipelineInfo:
-        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none."""
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
+                        encrypt_metadata: Iterable[str] | None = None,
+                        **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py)."""
         self.principal.require_tenant_admin("creating a pipeline")
+        options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
         dimension = None
         if chosen:
@@ -115,6 +124,8 @@ class Client:
             dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
         with self._session() as conn:
             pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+            audit.record(conn, self.principal, "pipeline.create", name,
+                         {"embedder": chosen, **{k: str(v) for k, v in options.items()}})
         if chosen:
             try:
                 with self._db.admin() as conn:  # index DDL needs the table owner
@@ -129,6 +140,7 @@ class Client:
         with self._session() as conn:
             pipeline = pipelines.get(conn, name)
             pipelines.delete(conn, name)
+            audit.record(conn, self.principal, "pipeline.delete", name)
         if pipeline.embedder:
             with self._db.admin() as conn:
                 vectors.drop_indexes(conn, pipeline.id)
@@ -147,22 +159,6 @@ class Client:
     def pipeline(self, name: str) -> PipelineInfo:
         return self.engine.pipeline(self.principal, name)
 
-    def define_classification(self, name: str, implies: Iterable[str] = ()) -> None:
-        """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal)."""
-        self.principal.require_tenant_admin("defining a classification")
-        (name,) = parse_classifications([name])
-        implied = list(parse_classifications(list(implies))) if implies else []
-        with self._session() as conn:
-            # One definition at a time per tenant, so each recomputation of the
-            # closures sees every definition committed before it.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgbraid.classifications'),"
-                         " hashtext(current_setting('pgbraid.tenant')))")
-            conn.execute(
-                "INSERT INTO pgbraid.classifications (name, implies) VALUES (%s, %s)"
-                " ON CONFLICT (tenant_id, name) DO UPDATE SET implies = EXCLUDED.implies",
-                (name, implied))
-            conn.execute(CLOSE_CLASSIFICATIONS)
-
     # -- ingestion ------------------------------------------------------------
 
     def ingest(self, pipeline: str, source: Iterable[Path | str] | Iterable[dict[str, Any]], *,
@@ -171,10 +167,18 @@ class Client:
         """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            target = pipelines.get(conn, pipeline)
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
         embedder = self.embedder(target.embedder) if target.embedder else None
-        report = ingest(self._session, target, items(source, fields), embedder=embedder,
-                        on_error=on_error, progress=progress)
+        try:
+            report = ingest(self._session, target, items(source, fields), embedder=embedder,
+                            on_error=on_error, progress=progress)
+        except BaseException as exc:  # batches before the error are written: say so
+            audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
+                                 {"error": type(exc).__name__})
+            raise
+        audit.record(self._db, self.principal, "document.ingest", pipeline, {
+            "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
+            "failed": len(report.failed)})
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self._db.admin() as conn:
@@ -190,6 +194,8 @@ class Client:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
             version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
+            audit.record(conn, self.principal, "document.delete", f"{pipeline}/{document_id}",
+                         {"expired_version": version})
         return {"document_id": document_id, "expired_version": version}
 
     # -- reads ----------------------------------------------------------------
@@ -231,22 +237,17 @@ class Client:
         return self.engine.fragment(self.principal, pipeline, fragment_id,
                                     classification=classification)
 
-    # -- API keys (the tenant's admin; see apikeys.py) -----------------------------------
-
-    def create_key(self, **grants: Any) -> dict[str, str]:
-        """A new key of this tenant, ``{"id", "key"}`` (the key is shown only now):
-        ``pipeline`` (or "*"), ``permissions``, ``classification``, ``expires``, ``admin``."""
-        with self._session() as conn:
-            return apikeys.create(conn, self.principal, **grants)
-
-    def keys(self) -> list[dict[str, Any]]:
-        with self._session() as conn:
-            return apikeys.listing(conn, self.principal)
-
-    def revoke_key(self, key_id: str) -> dict[str, str]:
-        """Revoke a key: the next request that presents it is refused."""
-        with self._session() as conn:
-            return apikeys.revoke(conn, self.principal, key_id)
+    def rotate_encryption(self, pipeline: str, *, batch_size: int = rotation.BATCH,
+                          pause: float = 0.0,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Re-seal an encrypted pipeline under a new current key, in batches (rotation.py);
+        run again after an interruption to finish."""
+        self.principal.require(pipeline, "admin")
+        done = rotation.rotate(self._db, self.tenant, pipeline, self.keyring,
+                               batch_size=batch_size, pause=pause, progress=progress)
+        audit.record(self._db, self.principal, "encryption.rotate", pipeline,
+                     {k: done[k] for k in ("key_id", "fragments", "versions", "resumed")})
+        return done
 
     # -- graph ----------------------------------------------------------------------
 
@@ -260,7 +261,9 @@ class Client:
         if edges:
             graph.read_edges(Path(edges), data)
         with self._session() as conn:
-            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            audit.record(conn, self.principal, "graph.load", pipeline, loaded)
+            return loaded
 
     def load_graph_records(self, pipeline: str, vertices: list[tuple] = (),
                            edges: list[tuple] = ()) -> dict[str, int]:
@@ -269,12 +272,16 @@ class Client:
         self.principal.require(pipeline, "write")
         data = graph.from_records(vertices, edges)
         with self._session() as conn:
-            return graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            audit.record(conn, self.principal, "graph.load", pipeline, loaded)
+            return loaded
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
             graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+            audit.record(conn, self.principal, "graph.delete", pipeline,
+                         {"type": vertex_type, "key": key})
 
     def graph_summary(self, pipeline: str) -> dict[str, Any]:
         self.principal.require(pipeline, "read")
@@ -296,6 +303,8 @@ class Client:
             source = sources.check(conn, self.tenant, name, table=table, key=key, text=text,
                                    scope=scope, schema=schema, language=language, allowed=allowed)
             sources.add(conn, source)
+            audit.record(conn, self.principal, "source.register", name,
+                         {"table": f"{schema}.{table}", "key": key, "text": text, "scope": scope})
             # Inside the session: if the grant or an index fails, the registration rolls back.
             with self._db.admin() as admin:
                 sources.provision(admin, source, indexes=create_indexes, allowed=allowed)
@@ -307,6 +316,7 @@ class Client:
         validate_name("entity source", name)
         with self._session() as conn:
             retired = sources.remove(conn, name)
+            audit.record(conn, self.principal, "source.remove", name)
             with self._db.admin() as admin:
                 sources.retire(admin, retired)
 
@@ -352,6 +362,7 @@ class Client:
 
     def close(self) -> None:
         if not self._borrowed:
+            self._usage.flush()
             self._db.close()
 
     def __enter__(self) -> "Client":

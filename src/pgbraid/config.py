@@ -59,6 +59,12 @@ class Settings(BaseSettings):
     """The largest HTTP request body (413 beyond it)."""
     shutdown_timeout: float = Field(30.0, ge=0, le=3600)
     """Seconds ``pgbraid serve`` waits for in-flight requests on SIGTERM / SIGINT."""
+    encryption_key: str = Field("", repr=False)
+    """Encryption at rest: base64 32-byte keys, comma-separated, the current one first
+    (a deployment's keyring; never logged). Set, it replaces any key file."""
+    encryption_key_file: Path | None = None
+    """A key file (one base64 key a line, the current one first, mode 0600). Default: an
+    embedded server's ``<data dir>/encryption.keys``, created on first use."""
     no_auth: bool = False
     """Set by ``pgbraid serve --no-auth`` for its workers: every request from loopback acts
     as the tenant's admin. Not meant to be set by hand."""

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from . import encryption
 from .errors import InvalidRequest, NotFound
 from .models import parse_as_of, parse_version, shown, validate_document_id
 from .pipelines import Pipeline
@@ -16,7 +17,8 @@ _VERSION = """
 SELECT d.external_id AS document_id, v.version, v.title, v.body AS text, v.metadata,
        v.classifications, v.language, v.source, v.valid_from, v.valid_to,
        coalesce(v.version = d.current_version, false) AS current, d.quarantined,
-       (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments
+       (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments,
+       d.id AS document_row
 FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
   AND v.classifications && %(classifications)s::text[]
@@ -47,6 +49,10 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
                        document_id=document_id)
     for key in ("valid_from", "valid_to"):
         row[key] = row[key].isoformat() if row[key] else None
+    document_row = row.pop("document_row")
+    opened = encryption.open_version(pipeline, document_row, row["version"], {
+        "title": row["title"], "body": row["text"], "metadata": row["metadata"]})
+    row.update(title=opened["title"], text=opened["body"], metadata=opened["metadata"])
     return row
 
 
@@ -77,7 +83,7 @@ MAX_PAGE = 1000
 # Current documents whose current version the classifications may see, by id, after a cursor.
 _LISTING = """
 SELECT d.external_id AS document_id, v.version, v.title, v.classifications, v.language,
-       v.valid_from, d.quarantined
+       v.valid_from, d.quarantined, d.id AS document_row
 FROM pgbraid.documents d JOIN pgbraid.versions v
   ON v.document_id = d.id AND v.version = d.current_version
 WHERE d.pipeline_id = %(pipeline)s AND v.classifications && %(classifications)s::text[]
@@ -102,6 +108,8 @@ def listing(conn: psycopg.Connection, pipeline: Pipeline, *, classifications: tu
     rows = rows[:limit]
     for row in rows:
         row["valid_from"] = row["valid_from"].isoformat()
+        row.update(encryption.open_version(pipeline, row.pop("document_row"), row["version"],
+                                           {"title": row["title"]}))
     return {"documents": rows, "next": rows[-1]["document_id"] if more else None}
 
 
@@ -130,4 +138,9 @@ def fragment(conn: psycopg.Connection, pipeline: Pipeline, fragment_id: int, *,
     if row is None:
         raise NotFound(f"fragment {fragment_id} has no version visible to this caller",
                        fragment_id=fragment_id)
+    opened = encryption.open_fragment(pipeline, fragment_id, row["version"], {
+        "title": row["title"], "section": row["section"], "body": row["page_content"],
+        "metadata": row["metadata"]})
+    row.update(title=opened["title"], section=opened["section"], page_content=opened["body"],
+               metadata=opened["metadata"])
     return row

@@ -22,10 +22,10 @@ from typing import Any
 
 import psycopg
 
-from . import documents, highlight, paging, pipelines, planner, strategies
+from . import documents, encryption, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
 from .errors import Forbidden, NotEnabled, PgbraidError
-from .fusion import Fused, fuse, promote
+from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
                      StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
 from .pipelines import Pipeline
@@ -50,8 +50,10 @@ class Leg:
 
 class Engine:
     def __init__(self, db: Database, *, context: Context, max_query_chars: int,
-                 max_k: int) -> None:
+                 max_k: int, keyring: encryption.Keyring | None = None) -> None:
         self.db = db
+        self.keyring = keyring
+        """Opens encrypted pipelines' values (bound to each pipeline in _resolve)."""
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
@@ -97,25 +99,35 @@ class Engine:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
                                            asked.classification)
             request = asked.model_copy(update={"classification": held})
+            encryption.check_filters(pipeline, request.filters)
             scope = Scope(pipeline.id, held, request.filters, as_of=page.as_of)
             if paging.still_current(snapshot.conn, page, scope):
                 scope = dataclasses.replace(scope, as_of=None)  # the same versions, indexed
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
                 legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
+                extra = planner.follow_up(request, plan, _missing(legs))
+                if extra is not None:
+                    leg = Leg(extra, planner.leg_request(request, extra))
+                    self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
+                    legs.append(leg)
             else:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
-            response = self._respond(pipeline.name, request, plan, legs, page, started)
-            return self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started)
+            response = self._respond(pipeline.name, request, plan, legs, page, started, pipeline)
+            return self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
+                                pipeline)
 
     def _finish(self, conn: psycopg.Connection, asked: SearchRequest, plan: planner.Plan,
                 legs: list[Leg], page: paging.Page, scope: Scope, response: SearchResponse,
-                started: float) -> SearchResponse:
+                started: float, pipeline: Pipeline) -> SearchResponse:
         """Highlights and the next page's cursor, in the search's snapshot."""
         hits = response.hits
         if asked.params.get("highlight"):
-            hits = highlight.for_hits(conn, scope, legs, hits, asked.group_by == "document")
+            # Sealed text is highlighted from the hits' opened page_content, sent as a parameter.
+            texts = ({h.fragment_id: h.page_content for h in hits}
+                     if encryption.encrypted(pipeline) else None)
+            hits = highlight.for_hits(conn, scope, legs, hits, asked.group_by == "document", texts)
         # A graph leg of auto runs on current edges, its documents as of the cursor's time.
         versioned = any(strategies.get(leg.strategy).versioned for leg in plan.legs)
         cursor = paging.next_cursor(conn, asked, page, scope, len(hits), versioned)
@@ -129,6 +141,7 @@ class Engine:
         asked = asked or principal.default_classifications
         pipeline, held, bound = pipelines.get_resolving(conn, name, asked,
                                                         principal.classifications)
+        pipeline = dataclasses.replace(pipeline, keyring=self.keyring)
         if bound is not None:
             beyond = sorted(set(asked) - set(bound) - {DEFAULT_CLASSIFICATION})
             if beyond:
@@ -218,10 +231,13 @@ class Engine:
                                ms=_ms(began), details=details)
 
     def _respond(self, pipeline: str, request: SearchRequest, plan: planner.Plan, legs: list[Leg],
-                 page: paging.Page, started: float) -> SearchResponse:
+                 page: paging.Page, started: float,
+                 source: Pipeline | None = None) -> SearchResponse:
+        """Rows to hits (``source``: the pipeline, whose sealed values _hit opens)."""
+        sealed = source is not None and encryption.encrypted(source)
         if not plan.fused:
             (leg,) = legs
-            hits = [_hit(row, rank, row.score)
+            hits = [_hit(row, rank, row.score, None, source)
                     for rank, row in enumerate(leg.rows[page.offset:], start=page.offset + 1)]
             return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
                                   hits=tuple(hits), as_of=page.as_of,
@@ -236,12 +252,18 @@ class Engine:
         method = request.params.get("fusion", "rrf")
         rrf_k = request.params.get("rrf_k", 60)
         by_document = request.group_by == "document"
-        fused = promote(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
-                             by_document=by_document), plan.identifiers)
-        hits = [_hit(item.row, rank, round(item.score, 8), item)
+        # Promotion reads candidates' text: sealed, it is not opened for that (hits only).
+        promoted = () if sealed else plan.identifiers
+        fused = promote(lead(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
+                                  by_document=by_document),
+                             planner.leader(request, plan, _missing(legs))), promoted)
+        hits = [_hit(item.row, rank, round(item.score, 8), item, source)
                 for rank, item in enumerate(fused[page.offset:page.offset + request.k],
                                             start=page.offset + 1)]
         fusion = _fusion_trace(plan, method, rrf_k, weights, ran, fused, by_document)
+        if sealed and plan.identifiers:
+            fusion["promotion"] = ("skipped: the pipeline is encrypted, and candidates' text is "
+                                   "opened only for the hits returned")
         return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
                               hits=tuple(hits), as_of=page.as_of,
                               trace=Trace(retrievers=tuple(leg.entry for leg in legs),
@@ -342,6 +364,14 @@ def _group(rows: list[Row], k: int) -> list[Row]:
     return kept[:k]
 
 
+def _missing(legs: list[Leg]) -> list[str]:
+    """The query terms the bm25 leg found in no fragment in scope (its df is scoped)."""
+    for leg in legs:
+        if leg.plan.strategy == "bm25" and leg.entry.status == "ran":
+            return [t["term"] for t in leg.entry.details.get("terms", ()) if t["df"] == 0]
+    return []
+
+
 def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str, float],
                   legs: dict[str, list[Row]], fused: list[Fused],
                   by_document: bool) -> dict[str, Any]:
@@ -358,11 +388,17 @@ def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str
     }
 
 
-def _hit(row: Row, rank: int, score: float, fused: Fused | None = None) -> Hit:
-    """The one row-to-hit mapper (decryption will happen here)."""
+def _hit(row: Row, rank: int, score: float, fused: Fused | None = None,
+         pipeline: Pipeline | None = None) -> Hit:
+    """The one row-to-hit mapper. An encrypted pipeline's sealed title, text and metadata
+    fields are opened here, once, for the hits returned only (KeyUnavailable /
+    IntegrityFailure: the search fails, nothing is returned)."""
+    values = {"title": row.title, "body": row.body, "metadata": row.metadata}
+    if pipeline is not None:
+        values = encryption.open_fragment(pipeline, row.fragment_id, row.version, values)
     return Hit(document_id=row.document_id, fragment_id=row.fragment_id, version=row.version,
-               title=row.title, page_content=row.body, score=float(score), rank=rank,
-               metadata=row.metadata, classifications=tuple(row.classifications),
+               title=values["title"], page_content=values["body"], score=float(score), rank=rank,
+               metadata=values["metadata"], classifications=tuple(row.classifications),
                language=row.language,
                matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None,
                mmr_score=row.mmr_score, evidence=row.evidence,

@@ -10,7 +10,9 @@
      ├── NotFound                unknown pipeline / document / version      404, exit 2
      ├── NotEnabled              strategy or capability not enabled here    501, exit 69
      ├── BackendTimeout          PostgreSQL cancelled the statement         504, exit 3
-     └── BackendUnavailable      PostgreSQL or an embedder cannot be reached 503, exit 3
+     ├── BackendUnavailable      PostgreSQL or an embedder cannot be reached 503, exit 3
+     ├── KeyUnavailable          no / wrong / unsafe encryption key         503, exit 78
+     └── IntegrityFailure        a stored ciphertext fails its GCM check    500, exit 65
 
     anything else                a bug: "internal error"                    500, exit 70
 
@@ -18,8 +20,9 @@
 where an error is raised. ``describe(exc)`` turns *any* exception into the
 row, message and details an entry point shows; an exception that is not a
 ``PgbraidError`` shows only ``internal error`` (its text may hold SQL, paths
-or data) and is logged with its traceback for operators. Exit codes 69, 70
-and 77 are sysexits(3)'s EX_UNAVAILABLE, EX_SOFTWARE and EX_NOPERM; 1 is left
+or data) and is logged with its traceback for operators. Exit codes 65, 69,
+70, 77 and 78 are sysexits(3)'s EX_DATAERR, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM
+and EX_CONFIG; 1 is left
 to ``ingest`` ("finished, with failed documents").
 """
 
@@ -87,6 +90,16 @@ class BackendUnavailable(PgbraidError):
     pass
 
 
+class KeyUnavailable(PgbraidError):
+    """Encrypted values cannot be opened or written: no key configured, a value under a
+    key id the keyring lacks (a wrong key), or a key file others may read."""
+
+
+class IntegrityFailure(PgbraidError):
+    """A stored ciphertext fails AES-GCM authentication with the right key: tampered,
+    truncated, or copied from another row or field."""
+
+
 @dataclass(frozen=True)
 class Row:
     code: str
@@ -113,6 +126,11 @@ ERRORS: dict[type[PgbraidError], Row] = {
                         "(statement timeout)"),
     BackendUnavailable: Row("backend_unavailable", 503, 3, "PostgreSQL or an embedder cannot "
                             "be reached, or no pooled connection came in time"),
+    KeyUnavailable: Row("key_unavailable", 503, 78, "encryption at rest: no key configured, "
+                        "a value under a key the keyring lacks (wrong key), or a key file "
+                        "with loose permissions"),
+    IntegrityFailure: Row("integrity_failure", 500, 65, "a stored ciphertext fails its AES-GCM "
+                          "check: tampered, truncated or moved to another row"),
 }
 INTERNAL = Row("internal", 500, 70, "anything else: a bug (logged with its traceback)")
 INTERNAL_MESSAGE = "internal error"

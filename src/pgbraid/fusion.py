@@ -101,3 +101,14 @@ def promote(fused: list[Fused], evidence: list[str]) -> list[Fused]:
         return 1 if all(n in f"{title}\n{item.row.body.lower()}" for n in needles) else 0
 
     return sorted(fused, key=lambda f: -strength(f))
+
+
+def lead(fused: list[Fused], strategy: str | None) -> list[Fused]:
+    """The hits ``strategy`` found first, in its order; the others after, as fused."""
+    if strategy is None:
+        return fused
+
+    def rank(item: Fused) -> float:
+        return min((r for s, r, _ in item.found_by if s == strategy), default=float("inf"))
+
+    return sorted(fused, key=rank)

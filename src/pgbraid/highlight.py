@@ -16,6 +16,11 @@ about 8-24 words, in text order. A hit whose words matched only in its title or
 section heading (fulltext weighs them) has no passage (``[]``). One statement
 reads the hits' fragments by id under the search's scope and snapshot: a
 passage never holds text from outside the hit's fragment.
+
+On an encrypted pipeline the stored body is sealed: the engine passes each hit's
+opened ``page_content`` (``texts``), and ``ts_headline`` parses that parameter in
+the fragment's configuration instead. The text is sent for the one statement and
+stored nowhere, exactly like the text ``to_tsvector`` reads at ingestion.
 """
 
 from __future__ import annotations
@@ -38,9 +43,9 @@ OPTIONS = (f'StartSel="{START}", StopSel="{STOP}", FragmentDelimiter="{BETWEEN}"
            "MaxFragments=3, MaxWords=24, MinWords=8")
 
 _HEADLINES = """
-SELECT w.id, ts_headline(f.ts_config, translate(f.body, %(private)s, ''), w.query::tsquery,
-                         %(options)s)
-FROM unnest(%(ids)s::bigint[], %(queries)s::text[]) AS w(id, query)
+SELECT w.id, ts_headline(f.ts_config, translate(coalesce(w.body, f.body), %(private)s, ''),
+                         w.query::tsquery, %(options)s)
+FROM unnest(%(ids)s::bigint[], %(queries)s::text[], %(texts)s::text[]) AS w(id, query, body)
      JOIN pgbraid.fragments f ON f.id = w.id
 WHERE {scope}
 """
@@ -62,9 +67,10 @@ def query_for(strategy: str, details: dict[str, Any], row: Row) -> str | None:
 
 
 def for_hits(conn: psycopg.Connection, scope: Scope, legs: list[Any], hits: tuple[Hit, ...],
-             by_document: bool) -> tuple[Hit, ...]:
+             by_document: bool, texts: dict[int, str] | None = None) -> tuple[Hit, ...]:
     """Each hit with the passages of its fragment that the plan's lexical legs (engine.Leg:
-    their rows and trace details) matched; a hit none of them found gets ()."""
+    their rows and trace details) matched; a hit none of them found gets (). ``texts``:
+    fragment id -> opened text, for an encrypted pipeline."""
     matched: dict[Any, list[str]] = {}
     for leg in legs:
         if leg.entry is None or leg.entry.status != "ran":
@@ -81,18 +87,21 @@ def for_hits(conn: psycopg.Connection, scope: Scope, legs: list[Any], hits: tupl
         queries = dict.fromkeys(matched.get(key, ()))
         if queries:
             wanted[hit.fragment_id] = " | ".join(f"({q})" for q in queries)
-    found = passages(conn, scope, wanted)
+    found = passages(conn, scope, wanted, texts)
     return tuple(h.model_copy(update={"highlights": found.get(h.fragment_id, ())}) for h in hits)
 
 
-def passages(conn: psycopg.Connection, scope: Scope,
-             wanted: dict[int, str]) -> dict[int, tuple[str, ...]]:
-    """Fragment id -> its marked passages, for each (fragment id, tsquery text)."""
+def passages(conn: psycopg.Connection, scope: Scope, wanted: dict[int, str],
+             texts: dict[int, str] | None = None) -> dict[int, tuple[str, ...]]:
+    """Fragment id -> its marked passages, for each (fragment id, tsquery text); the text
+    is ``texts[id]`` when given (opened, of a sealed fragment), else the stored body."""
     if not wanted:
         return {}
     where, params = scope.where("f")
     statement = sql.SQL(_HEADLINES).format(scope=where)
+    bodies = [(texts or {}).get(fragment) for fragment in wanted]
     rows = conn.execute(statement, {**params, "ids": list(wanted), "queries": list(wanted.values()),
+                                    "texts": bodies,
                                     "private": START + STOP + BETWEEN,
                                     "options": OPTIONS}).fetchall()
     return {fragment: tuple(_marked(text)) for fragment, text in rows}

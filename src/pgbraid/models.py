@@ -343,6 +343,9 @@ class PipelineInfo(Frozen):
     dimension: int | None
     chunk_size: int
     created_at: str
+    encrypted: bool = False
+    """Text, titles and ``encrypted_metadata`` fields are stored AES-256-GCM sealed."""
+    encrypted_metadata: tuple[str, ...] = ()
     documents: int = 0
     fragments: int = 0
     versions: int = 0

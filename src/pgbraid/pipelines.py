@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
 
 from .errors import Conflict, InvalidRequest, NotFound
 from .ingest.language import CONFIG_NAMES, config_for
@@ -30,11 +31,15 @@ class Pipeline:
     chunk_size: int
     settings: dict[str, Any]
     created_at: datetime
+    keyring: Any = field(default=None, compare=False, repr=False)
+    """The keyring that opens an encrypted pipeline's values (encryption.py), bound by
+    the engine and the client; None where nothing is sealed or opened."""
 
 
 def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, language: str = "english",
            chunk_size: int = 1000, embedder: str | None = None,
-           dimension: int | None = None) -> Pipeline:
+           dimension: int | None = None, encryption: dict[str, Any] | None = None) -> Pipeline:
+    """``encryption``: an encrypted pipeline's settings (encryption.settings_for)."""
     validate_name("pipeline", name)
     config = config_for(language)
     if config is None:
@@ -44,9 +49,11 @@ def create(conn: psycopg.Connection, name: str, *, fulltext: bool = True, langua
     if not 200 <= chunk_size <= 20_000:
         raise InvalidRequest("chunk_size must be between 200 and 20000 characters", field="chunk_size")
     row = conn.execute(
-        "INSERT INTO pgbraid.pipelines (name, fulltext, language, chunk_size, embedder, dimension)"
-        " VALUES (%s, %s, %s::regconfig, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
-        " RETURNING id", (name, fulltext, config, chunk_size, embedder, dimension)).fetchone()
+        "INSERT INTO pgbraid.pipelines (name, fulltext, language, chunk_size, embedder, dimension,"
+        " settings) VALUES (%s, %s, %s::regconfig, %s, %s, %s, %s)"
+        " ON CONFLICT (tenant_id, name) DO NOTHING RETURNING id",
+        (name, fulltext, config, chunk_size, embedder, dimension,
+         Jsonb({"encryption": encryption} if encryption else {}))).fetchone()
     if row is None:
         raise Conflict(f"pipeline {name!r} already exists", field="name")
     conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s)", (row[0],))
@@ -112,4 +119,6 @@ def info(conn: psycopg.Connection, pipeline: Pipeline,
         name=pipeline.name, tenant=pipeline.tenant, fulltext=pipeline.fulltext,
         language=pipeline.language, embedder=pipeline.embedder, dimension=pipeline.dimension,
         chunk_size=pipeline.chunk_size, created_at=pipeline.created_at.isoformat(),
+        encrypted="encryption" in pipeline.settings,
+        encrypted_metadata=tuple(pipeline.settings.get("encryption", {}).get("metadata", ())),
         documents=documents, versions=versions, fragments=fragments)

@@ -12,7 +12,10 @@ The auto planner, from the query's shape to a mix of strategies and weights:
   exact ``fulltext`` leg over the identifiers, and promote hits that contain
   them verbatim;
 - natural-language questions weigh ``similarity``;
-- short capitalised names add ``fuzzy``;
+- short capitalised names add ``fuzzy``; when bm25 then finds a query word
+  nowhere in scope (df 0: a likely misspelling), other short queries get a
+  fuzzy leg after the others (``follow_up``) and fuzzy's ranking leads the
+  fused list (``leader``);
 - a known entity name adds ``graph`` when the pipeline has a graph.
 The plan and the reasons are reported in the trace.
 """
@@ -140,6 +143,49 @@ def plan(query: str, *, graph: bool = False) -> Plan:
             legs.append(Leg("graph", 1.0))
             reasons.append("a graph exists: graph finds the entity's relationships")
     return Plan(legs, reasons)
+
+
+def follow_up(request: SearchRequest, chosen: Plan, missing: list[str]) -> Leg | None:
+    """A fuzzy leg for auto's short query that its legs showed to be misspelled.
+
+    Query words that bm25 found in no fragment in scope (``missing``; its df is
+    scoped) are likely misspelled. A short query without a fuzzy leg (not
+    capitalised: "pulbic storage") gets one then, run after the others in the
+    same snapshot; every other query pays nothing for it (fuzzy rechecks whole
+    texts, slow on long fragments).
+    """
+    words = request.query.split()
+    if (request.type != "auto" or not missing or request.params.get("strategies")
+            or any(leg.strategy == "fuzzy" for leg in chosen.legs)
+            or not any(leg.strategy == "bm25" for leg in chosen.legs)
+            or not 1 <= len(words) <= 6 or QUESTION.match(request.query.strip())
+            or request.query.strip().endswith("?")):
+        return None
+    leg = Leg("fuzzy", 1.0)
+    chosen.legs.append(leg)
+    chosen.reasons.append("a short query with words found in no fragment in scope: "
+                          "a fuzzy leg ran after the others")
+    return leg
+
+
+def leader(request: SearchRequest, chosen: Plan, missing: list[str]) -> str | None:
+    """The leg whose ranking leads auto's fused list once its legs ran, or None.
+
+    Query words that bm25 found in no fragment in scope (``missing``; its df is
+    scoped) are likely misspelled: then fuzzy's ranking leads and the other legs
+    break no ties above it, they fill the list below. Weights in the request
+    turn this off. Measured on the bench's company names (bench fuzzy): with a
+    typo in each of two words, RRF with fuzzy weighing even 4 ranked the right
+    name first in 0.89 of cases (a second fuzzy hit found by another leg too
+    outranks fuzzy's first), fuzzy alone in 0.99.
+    """
+    legs = {leg.strategy for leg in chosen.legs}
+    if (request.type != "auto" or not missing or not {"fuzzy", "bm25"} <= legs
+            or request.params.get("weights")):
+        return None
+    chosen.reasons.append(f"words found in no fragment in scope ({', '.join(missing)}): likely "
+                          "misspelled, so fuzzy's ranking leads and the other legs follow")
+    return "fuzzy"
 
 
 # -- plans for requests ---------------------------------------------------------

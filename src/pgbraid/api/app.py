@@ -25,13 +25,13 @@ from fastapi.openapi.utils import get_openapi
 
 from ..client import connect, load_settings
 from ..config import Settings
-from . import documents, entities, graph, health, keys, pipelines, search
+from . import audit, documents, entities, graph, health, keys, pipelines, search, ui
 from .auth import Api
 from .errors import CatchAll, install
 from .middleware import AccessLog, RequestShape, access_logger
 from .schemas import known_query
 
-ROUTERS = (health, pipelines, documents, search, graph, entities, keys)
+ROUTERS = (health, pipelines, documents, search, graph, entities, keys, audit, ui)
 DESCRIPTION = ("Retrieval strategies on PostgreSQL, alone or fused, with a trace. Every "
                "operation but /healthz and /readyz takes `Authorization: Bearer KEY`; every "
                "error is `{\"error\": {\"code\", \"message\", \"details\"}}`.")

@@ -56,4 +56,7 @@ def caller(request: Request,
         return api.client
     principal = api.client.authenticate(credentials.credentials if credentials else None)
     note(request.scope, key_id=principal.key_id, tenant=principal.tenant)
-    return api.client.acting_as(principal)
+    client = api.client.acting_as(principal)
+    route = request.scope.get("route")
+    client.note_use(f"{request.method} {getattr(route, 'path', request.url.path)}")
+    return client

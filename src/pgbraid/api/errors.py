@@ -44,9 +44,11 @@ def documented(*extra: int, common: tuple[int, ...] = COMMON) -> dict[int | str,
     """OpenAPI responses for the error statuses an operation may answer, described from
     the error table."""
     statuses = sorted(set(common) | set(extra))
-    rows = {row.status: row for row in (*ERRORS.values(), INTERNAL)}
+    rows: dict[int, list] = {}
+    for row in (*ERRORS.values(), INTERNAL):  # a status may have several codes (503, 500)
+        rows.setdefault(row.status, []).append(row)
     return {status: {"model": ErrorBody,
-                     "description": f"`{rows[status].code}`: {rows[status].when}"}
+                     "description": "; ".join(f"`{r.code}`: {r.when}" for r in rows[status])}
             for status in statuses}
 
 

@@ -14,11 +14,12 @@ router = APIRouter(tags=["pipelines"])
 
 
 @router.post("/pipelines", status_code=201, response_model=PipelineInfo,
-             responses=documented(409, 413, 501))
+             responses=documented(409, 413, 501, 503))
 def create_pipeline(body: PipelineCreate, client: Client = Depends(caller)) -> PipelineInfo:
     """Create a pipeline (the tenant's admin)."""
     return client.create_pipeline(body.name, embedder=body.embedder, language=body.language,
-                                  fulltext=body.fulltext, chunk_size=body.chunk_size)
+                                  fulltext=body.fulltext, chunk_size=body.chunk_size,
+                                  encrypt=body.encrypt, encrypt_metadata=body.encrypt_metadata)
 
 
 @router.get("/pipelines", response_model=list[PipelineInfo], responses=documented())

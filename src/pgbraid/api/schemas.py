@@ -48,6 +48,10 @@ class PipelineCreate(Body):
     """A text-search language (english, german, simple, ...)."""
     fulltext: bool = True
     chunk_size: int = Field(1000, ge=200, le=20_000)
+    encrypt: bool = False
+    """Store text, titles and the ``encrypt_metadata`` fields AES-256-GCM sealed."""
+    encrypt_metadata: list[str] | None = Field(None, max_length=100)
+    """Top-level metadata fields to seal too (needs ``encrypt``)."""
 
 
 class DocumentIn(Body):
@@ -276,6 +280,18 @@ class KeyInfo(Out):
 
 class KeyRevoked(Out):
     revoked: str
+
+
+class AuditEvent(Out):
+    """One row of the audit log (audit.py): ``count`` > 1 for requests counted per minute."""
+
+    id: int
+    at: str
+    principal: str
+    action: str
+    target: str | None
+    detail: dict[str, Any]
+    count: int
 
 
 class Status(Out):

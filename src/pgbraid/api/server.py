@@ -15,6 +15,7 @@ import sys
 import uvicorn
 
 from ..client import load_settings
+from ..keyring import Keyring
 from ..errors import InvalidRequest
 from .auth import is_loopback
 
@@ -30,6 +31,8 @@ def serve(host: str = "127.0.0.1", port: int = 8400, workers: int = 1,
                              "create` instead", field="host")
     if not 1 <= workers <= 64:
         raise InvalidRequest("--workers must be from 1 to 64", field="workers")
+    # A key file others may read, or a bad key, refuses to start here, said in one line.
+    Keyring.from_settings(settings, embedded=not settings.dsn)
     os.environ["PGBRAID_NO_AUTH"] = "1" if no_auth else "0"
     if no_auth:
         print(f"pgbraid: authentication is OFF: every request from loopback acts as the "

@@ -61,11 +61,18 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
                     fulltext: bool = typer.Option(True, "--fulltext/--no-fulltext"),
                     chunk_size: int = typer.Option(1000, help="Target fragment size in characters."),
                     embedder: str = typer.Option("minilm", help="minilm | e5-multilingual | openai | none"),
+                    encrypt: bool = typer.Option(
+                        False, "--encrypt",
+                        help="Store text, titles and --encrypt-metadata fields AES-256-GCM sealed."),
+                    encrypt_metadata: Optional[str] = typer.Option(
+                        None, help="Top-level metadata fields to seal too, comma-separated."),
                     as_json: bool = JsonOpt) -> None:
     """Create a pipeline."""
     with handled(as_json), connect() as client:
+        fields = [f.strip() for f in encrypt_metadata.split(",")] if encrypt_metadata else None
         info = client.create_pipeline(name, language=language, fulltext=fulltext,
-                                      chunk_size=chunk_size, embedder=embedder)
+                                      chunk_size=chunk_size, embedder=embedder, encrypt=encrypt,
+                                      encrypt_metadata=fields)
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
 
 

@@ -1,8 +1,10 @@
-"""``pgbraid keys create|list|revoke`` and ``pgbraid serve``: the HTTP API's keys and
-server. ``--json`` prints exactly the HTTP API's body."""
+"""``pgbraid keys create|list|revoke``, ``pgbraid audit`` and ``pgbraid serve``: the HTTP
+API's keys, what was done with them, and the server. ``--json`` prints exactly the
+HTTP API's body."""
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import typer
@@ -62,6 +64,70 @@ def keys_revoke(key_id: str, as_json: bool = JsonOpt) -> None:
     with handled(as_json), connect() as client:
         body = client.revoke_key(key_id)
         emit(body) if as_json else console.print(f"key {key_id} revoked", markup=False)
+
+
+# -- the audit log --------------------------------------------------------------
+
+@app.command("audit")
+def audit_log(since: Optional[str] = typer.Option(
+                  None, help="ISO-8601 time, or a span back from now: 30s, 15m, 2h, 7d."),
+              action: Optional[str] = typer.Option(None, help="Only this action (key.refused...)."),
+              limit: int = typer.Option(100, help="Events, newest first (1 to 10000)."),
+              unauthenticated: bool = typer.Option(
+                  False, "--unauthenticated", help="Refusals of keys no tenant knows (counted "
+                  "per minute) instead of the tenant's log."),
+              as_json: bool = JsonOpt) -> None:
+    """The tenant's audit log: keys, refusals, writes (PGBRAID_TENANT's)."""
+    with handled(as_json), connect() as client:
+        events = client.audit(since=since, action=action, limit=limit,
+                              unauthenticated=unauthenticated)
+        if as_json:
+            emit(events)
+            return
+        for event in events:
+            count = f" x{event['count']}" if event["count"] > 1 else ""
+            detail = json.dumps(event["detail"], ensure_ascii=False) if event["detail"] else ""
+            console.print(f"{event['at']}  {event['principal']}  {event['action']}{count}  "
+                          f"{event['target'] or '-'}  {detail}", markup=False, soft_wrap=True)
+
+
+@keys_app.command("rotate-encryption")
+def keys_rotate_encryption(pipeline: str,
+                           batch_size: int = typer.Option(500, help="Rows re-sealed per "
+                                                          "transaction."),
+                           pause: float = typer.Option(0.0, help="Seconds to rest between "
+                                                       "batches (spares a busy server)."),
+                           quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+                           as_json: bool = JsonOpt) -> None:
+    """Re-seal an encrypted pipeline under a new current key, in batches; after an
+    interruption, run it again to finish. Searches keep working meanwhile."""
+    with handled(as_json), connect() as client:
+        if quiet:
+            body = client.rotate_encryption(pipeline, batch_size=batch_size, pause=pause)
+        else:
+            body = _rotate_with_progress(client, pipeline, batch_size, pause)
+        if as_json:
+            emit(body)
+        else:
+            console.print(f"pipeline {pipeline}: {body['fragments']} fragments and "
+                          f"{body['versions']} versions re-sealed under key {body['key_id']}"
+                          f"{' (resumed)' if body['resumed'] else ''}; {body['remaining']} "
+                          "left under another key", markup=False)
+
+
+def _rotate_with_progress(client, pipeline: str, batch_size: int, pause: float) -> dict:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("[bold]rotate[/bold] {task.description}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(pipeline, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+        return client.rotate_encryption(pipeline, batch_size=batch_size, pause=pause,
+                                        progress=update)
 
 
 # -- the HTTP server ------------------------------------------------------------

@@ -93,6 +93,14 @@ class Database:
             self._enter(conn, tenant, role)
             yield conn
 
+    @contextmanager
+    def within(self, conn: psycopg.Connection, tenant: str) -> Iterator[psycopg.Connection]:
+        """One transaction under the tenant's row-level security on a connection the caller
+        holds across transactions (``admin()``: a session-level advisory lock outlives each)."""
+        with translate_errors(), conn.transaction():
+            self._enter(conn, tenant)
+            yield conn
+
     def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
         if role is None:
             role = APP_ROLE if self._drop_role else "none"

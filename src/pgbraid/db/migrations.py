@@ -8,6 +8,8 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
+from ..errors import BackendUnavailable
+
 MIGRATION_LOCK = 0x70676272  # 'pgbr': serialises concurrent connects
 OPTIONAL_EXTENSIONS = ("vector", "pg_trgm", "btree_gin", "unaccent", "fuzzystrmatch")
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
@@ -51,8 +53,13 @@ def migrate(conn: psycopg.Connection, *, until: int | None = None) -> list[str]:
             " version integer PRIMARY KEY, name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {row[0] for row in conn.execute("SELECT version FROM pgbraid.schema_migrations")}
+        done = dict(conn.execute("SELECT version, name FROM pgbraid.schema_migrations").fetchall())
         for version, name, text in migration_files():
+            if version in done and done[version] != name:
+                raise BackendUnavailable(
+                    f"the database records migration {version} as {done[version]}, but this "
+                    f"pgbraid's migration {version} is {name}: it was migrated by another build; "
+                    "use a database made by this build")
             if version in done or (until is not None and version > until):
                 continue
             conn.execute(text.encode())

@@ -23,7 +23,7 @@ import numpy as np
 import psycopg
 
 from ..embedders import Embedder
-from ..errors import PgbraidError
+from ..errors import KeyUnavailable, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
 from . import bm25_index, fragments
@@ -313,6 +313,8 @@ def _write_fresh(conn: psycopg.Connection, pipeline: Pipeline, fresh: list[Prepa
     try:
         with conn.transaction():
             counts = write_new(conn, pipeline, fresh, pending, partition)
+    except KeyUnavailable:
+        raise  # no document can be sealed: the whole call fails, its batch rolled back
     except psycopg.errors.UniqueViolation as exc:
         return "collided" if exc.diag.constraint_name == FRAGMENT_KEY else "failed"
     except (Conflict, *_WRITE_ERRORS):
@@ -333,6 +335,8 @@ def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, wri
             with conn.transaction():
                 outcome, fragments_written = write_document(conn, pipeline, item, pending,
                                                             partition)
+        except KeyUnavailable:
+            raise  # no document can be sealed: the whole call fails, its batch rolled back
         except psycopg.errors.UniqueViolation as exc:
             if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
                 continue

@@ -12,18 +12,21 @@ on a table under row-level security), then one ``INSERT ... SELECT`` into
 ``pgbraid.fragments``, whose policy then checks every row.
 
 ``stored_version`` and ``stored_fragments`` are the one step that turns what was
-read and analysed into the values stored (a version's title, body and metadata; a
-fragment row's columns): encryption at rest belongs there. Every write path goes
+read and analysed into the values stored: sealed by encryption.py when the
+pipeline is encrypted (a fragment then gets its random id here, as the sealed
+values' associated data names it), as given otherwise. Every write path goes
 through them, after analysis, which reads the plain text.
 """
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
+from .. import encryption
 from ..pipelines import Pipeline
 
 if TYPE_CHECKING:
@@ -48,22 +51,30 @@ CROSS JOIN LATERAL (
 ORDER BY x.n
 """
 
-COLUMNS = ("pipeline_id", "document_id", "version_id", "ordinal", "section", "body", "language",
-           "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal", "bm25_length",
-           "bm25_terms", "bm25_tfs", "title", "content_hash")
+COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
+           "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
+           "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words")
+# The stored value of a plain column (encryption.seal_fragments adds them to a row).
+_STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
+           "metadata": "stored_metadata"}
 _STAGE = "pgbraid_fragments_in"
 
 
-def stored_version(pipeline: Pipeline, document_id: int, number: int, title: str | None,
-                   body: str, metadata: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Version ``number`` of document row ``document_id``: (title, body, metadata) as
-    stored (as given, today)."""
-    return title, body, psycopg.types.json.Jsonb(metadata)
+def stored_version(sealing: encryption.Sealing | None, document_id: int, number: int,
+                   title: str | None, body: str, metadata: dict[str, Any]) -> tuple[Any, ...]:
+    """Version ``number`` of document row ``document_id``: (title, body, metadata, key id)
+    as stored."""
+    title, body, metadata, key_id = encryption.seal_version(sealing, document_id, number,
+                                                            title, body, metadata)
+    return title, body, psycopg.types.json.Jsonb(metadata), key_id
 
 
-def stored_fragments(pipeline: Pipeline, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fragment rows (COLUMNS, plus ``version``: the version number) as stored (as given,
-    today)."""
+def stored_fragments(sealing: encryption.Sealing | None,
+                     rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fragment rows (``row``) with their stored values, ``id`` (None: the column's
+    default), ``key_id`` and ``words`` added."""
+    for number, group in groupby(rows, key=lambda r: r["version"]):
+        encryption.seal_fragments(sealing, number, list(group))
     return rows
 
 
@@ -101,23 +112,28 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
             "content_hash": piece.content_hash}
 
 
-def insert(conn: psycopg.Connection, pipeline: Pipeline, rows: list[dict[str, Any]]) -> list[int]:
+def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
+           rows: list[dict[str, Any]]) -> list[int]:
     """Insert fragment rows (``row``), as stored; their ids, in the rows' order."""
     names = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+    values = sql.SQL(", ").join(
+        sql.SQL("coalesce(id, pgbraid.random_fragment_id())") if name == "id"
+        else sql.Identifier(name) for name in COLUMNS)
     stage = sql.Identifier(_STAGE)
     conn.execute(sql.SQL(
         "CREATE TEMPORARY TABLE IF NOT EXISTS {} ON COMMIT DROP AS"
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
-            for values in stored_fragments(pipeline, rows):
-                copy.write_row([_dumpable(name, values[name]) for name in COLUMNS])
+            for stored in stored_fragments(sealing, rows):
+                copy.write_row([_dumpable(name, stored[_STORED.get(name, name)])
+                                for name in COLUMNS])
         cur.execute(sql.SQL(
-            "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
-            " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {values} FROM {stage}"
+            " RETURNING id, version_id, ordinal").format(names=names, values=values, stage=stage))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("TRUNCATE {}").format(stage))
-    return [ids[(values["version_id"], values["ordinal"])] for values in rows]
+    return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 
 def _dumpable(name: str, value: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Callable, Literal
 
 import psycopg
 
+from .. import encryption
 from ..errors import NotFound
 from ..pipelines import Pipeline
 from . import bm25_index, clock, fragments
@@ -41,8 +42,8 @@ SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[])
 
 _INSERT_VERSION = """
 INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,
-                              classifications, language, source, valid_from)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id
+                              classifications, language, source, valid_from, key_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id
 """
 
 # New documents of a batch, at version 1, all at once.
@@ -54,11 +55,11 @@ RETURNING external_id, id
 """
 _NEW_VERSIONS = """
 INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,
-                              classifications, language, source, valid_from)
-SELECT d, 1, t, b, h, m, ARRAY(SELECT jsonb_array_elements_text(c)), l, s, %(stamp)s
+                              classifications, language, source, valid_from, key_id)
+SELECT d, 1, t, b, h, m, ARRAY(SELECT jsonb_array_elements_text(c)), l, s, %(stamp)s, k
 FROM unnest(%(documents)s::bigint[], %(titles)s::text[], %(bodies)s::text[], %(hashes)s::text[],
             %(metadata)s::jsonb[], %(classifications)s::jsonb[], %(languages)s::text[],
-            %(sources)s::text[]) AS x(d, t, b, h, m, c, l, s)
+            %(sources)s::text[], %(keys)s::text[]) AS x(d, t, b, h, m, c, l, s, k)
 RETURNING document_id, id
 """
 
@@ -88,13 +89,15 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
             return "unchanged", 0
 
     number = last + 1  # a removed document's numbers go on
-    title, body, metadata = stored_version(pipeline, document_id, number, doc.title, doc.text,
-                                           doc.metadata)
+    sealing = encryption.sealing(conn, pipeline)
+    title, body, metadata, key_id = stored_version(sealing, document_id, number, doc.title,
+                                                   doc.text, doc.metadata)
     version_id = conn.execute(_INSERT_VERSION, (
         document_id, number, title, body, prepared.digest, metadata,
         list(prepared.classifications), _language(pipeline, prepared), doc.source,
-        clock.stamp(conn, pipeline.id))).fetchone()[0]
-    ids = _insert_fragments(conn, pipeline, [(prepared, (document_id, version_id, number))],
+        clock.stamp(conn, pipeline.id), key_id)).fetchone()[0]
+    ids = _insert_fragments(conn, pipeline, sealing, [(prepared, (document_id, version_id,
+                                                                  number))],
                             pending, partition=lambda p: partition)
     if previous is not None:
         _expire(conn, pipeline, previous[0])
@@ -112,7 +115,8 @@ def write_new(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared
     documents = dict(conn.execute(_NEW_DOCUMENTS, {"pipeline": pipeline.id, "ids": ids}).fetchall())
     if len(documents) != len(batch):
         raise Conflict()
-    stored = [stored_version(pipeline, documents[p.doc.id], 1, p.doc.title, p.doc.text,
+    sealing = encryption.sealing(conn, pipeline)
+    stored = [stored_version(sealing, documents[p.doc.id], 1, p.doc.title, p.doc.text,
                              p.doc.metadata) for p in batch]
     versions = dict(conn.execute(_NEW_VERSIONS, {
         "stamp": clock.stamp(conn, pipeline.id),
@@ -121,11 +125,12 @@ def write_new(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared
         "bodies": [s[1] for s in stored],
         "hashes": [p.digest for p in batch],
         "metadata": [s[2] for s in stored],
+        "keys": [s[3] for s in stored],
         "classifications": [psycopg.types.json.Jsonb(list(p.classifications)) for p in batch],
         "languages": [_language(pipeline, p) for p in batch],
         "sources": [p.doc.source for p in batch]}).fetchall())
     owners = [(p, (documents[p.doc.id], versions[documents[p.doc.id]], 1)) for p in batch]
-    _insert_fragments(conn, pipeline, owners, pending, partition)
+    _insert_fragments(conn, pipeline, sealing, owners, pending, partition)
     return [len(p.pieces) for p in batch]
 
 
@@ -134,6 +139,7 @@ def _language(pipeline: Pipeline, prepared: Prepared) -> str:
 
 
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
+                      sealing: encryption.Sealing | None,
                       owners: list[tuple[Prepared, tuple[int, int, int]]], pending: Pending,
                       partition: Callable[[Prepared], int]) -> list[int]:
     """Insert the fragments (and vectors) of each (document, (document row, version row,
@@ -148,7 +154,7 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
                 vectors[len(rows)] = prepared.vectors[ordinal]
             rows.append(fragments.row(pipeline, prepared, ids, ordinal, base + len(rows)))
             pending.add(base + len(rows) - 1, *piece.bm25, config=piece.config, partition=part)
-    fragment_ids = fragments.insert(conn, pipeline, rows)
+    fragment_ids = fragments.insert(conn, sealing, rows)
     if vectors:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": [fragment_ids[i] for i in vectors],
                                           "pipeline": pipeline.id, "vectors": list(vectors.values())})

@@ -21,9 +21,10 @@ from ..pipelines import Pipeline
 from ..scope import FilterLimits, Scope
 from .params import PAGING, Param, declared
 
-# Every strategy returns rows of these columns, best first.
+# Every strategy returns rows of these columns, best first (all values from the fragment's
+# own row: on an encrypted pipeline they are sealed with its id and version, encryption.py).
 HIT_COLUMNS = """
-    f.id AS fragment_id, d.external_id AS document_id, v.version, v.title, f.body,
+    f.id AS fragment_id, d.external_id AS document_id, v.version, f.title, f.body,
     f.metadata, f.classifications, f.language
 """
 

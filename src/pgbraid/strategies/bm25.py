@@ -41,6 +41,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .. import encryption
 from ..errors import InvalidRequest, NotEnabled
 from ..ingest.tokens import expand_code
 from ..models import SearchRequest, number
@@ -203,7 +204,11 @@ class BM25(Strategy):
         if engine == "pg_search" and not installed:
             raise NotEnabled("the pg_search extension is not installed on this server",
                              strategy=self.name)
-        if engine != "pgbraid" and context.pgsearch and installed:
+        sealed = encryption.encrypted(pipeline)  # pg_search would index sealed text
+        if engine == "pg_search" and sealed:
+            raise NotEnabled("pg_search indexes the stored text, which this encrypted pipeline "
+                             "seals: use engine pgbraid or auto", strategy=self.name)
+        if engine != "pgbraid" and context.pgsearch and installed and not sealed:
             from .pgsearch import run_pg_search
 
             return run_pg_search(conn, pipeline, request, scope, k)

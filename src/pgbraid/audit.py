@@ -1,0 +1,264 @@
+"""The audit log: who did what, per tenant, in an append-only table (migration 020).
+
+Recording an event, from anywhere that holds a connection or the database::
+
+    from pgbraid import audit
+    audit.record(conn, principal, "document.quarantine", "pipeline/doc-7", {"reason": "..."})
+    audit.record(db, principal, "access.denied", "docs", {"operation": "search"})
+
+``record(where, principal, action, target=None, detail=None)``:
+
+- ``where`` is a ``psycopg.Connection`` inside a tenant session (``Database.session``):
+  the row is written in that transaction, so it commits with the change it
+  describes or not at all (use this for writes); or a ``Database``: the row is
+  written in a session of its own for the principal's tenant, committed at once
+  (use this for refusals, whose own transaction rolls back).
+- ``principal`` is a ``scope.Principal`` (shown as ``key:<id>``, or ``local`` for
+  the local process) or a string for a principal that is no ``Principal``.
+- ``action`` is a key of ``ACTIONS`` (a new event adds its line there);
+  ``target`` a short text (a pipeline, ``pipeline/document``, a key id);
+  ``detail`` a JSON object. Neither may hold secrets: the tenant's admin reads them.
+
+The tenant is the session's (row-level security checks it); ``tenant=`` on a
+``Database`` records into another tenant (a key's tenant on refusal).
+
+Requests are counted, not written one by one: ``Usage`` adds up each key's
+requests per minute in the process (``key.use``) and writes one row per key per
+minute (``count``, ``detail.operations``) at the first request after that minute,
+or when the process reads the log or closes; so there is about one row per key,
+minute and worker process (a flush by a read may split a minute in two), and a
+process killed with -9 loses its last minute's counts.
+Refused requests that name no known key are counted the same way under the
+tenant ``(no tenant)`` (``pgbraid audit --unauthenticated``), so a flood of bad keys is
+not a flood of rows. Every write and every refusal of a known principal is a
+row of its own.
+
+The table takes INSERT and SELECT only: see migration 020 for how UPDATE,
+DELETE and TRUNCATE are refused, even to the table's owner.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Mapping, Union
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .db.database import Database
+from .errors import Forbidden, IntegrityFailure, InvalidRequest
+from .models import parse_as_of, shown
+from .scope import Principal
+
+logger = logging.getLogger("pgbraid")
+
+ACTIONS: dict[str, str] = {
+    "key.create": "an API key was created (target: its id)",
+    "key.revoke": "an API key was revoked (target: its id)",
+    "key.use": "requests made with a key, counted per minute (count; detail.operations)",
+    "key.refused": "a request with no valid key: unknown, revoked or expired (401)",
+    "access.denied": "a principal lacked a permission or classification (403)",
+    "pipeline.create": "a pipeline was created",
+    "pipeline.delete": "a pipeline and everything in it was deleted",
+    "document.ingest": "documents were written (detail: added, updated, unchanged, failed)",
+    "document.delete": "a document's current version was expired",
+    "document.quarantine": "a document was quarantined",
+    "document.release": "a document was released from quarantine",
+    "graph.load": "vertices and edges were loaded",
+    "graph.delete": "a vertex and its edges were deleted",
+    "classification.define": "a classification and what it implies were (re)defined",
+    "source.register": "an entity source was registered (its table granted to the tenant's role)",
+    "source.remove": "an entity source was removed",
+    "encryption.rotate": "a pipeline's encryption key was rotated",
+    "encryption.refused": "a ciphertext failed to decrypt (tampered or wrong key)",
+}
+COUNTED = {"key.use": "operations", "key.refused": "reasons"}
+"""The actions ``Usage`` counts, and the detail key that holds the counts by kind."""
+ANONYMOUS_TENANT = "(no tenant)"
+"""Where refusals that name no known key are counted: no tenant can have this name (see
+models.validate_name), and it is not the empty string a session leaves behind, so
+neither a tenant nor a connection without one reads these rows."""
+MAX_LIMIT = 10_000
+
+Where = Union[psycopg.Connection, Database]
+
+_INSERT = ("INSERT INTO pgbraid.audit_log (principal, action, target, detail, count{at})"
+           " VALUES (%s, %s, %s, %s, %s{at_value})")
+
+
+def principal_label(principal: Principal | str) -> str:
+    if isinstance(principal, str):
+        return principal
+    return f"key:{principal.key_id}" if principal.key_id else "local"
+
+
+def record(where: Where, principal: Principal | str, action: str, target: str | None = None,
+           detail: Mapping[str, Any] | None = None, *, tenant: str | None = None,
+           count: int = 1, at: datetime | None = None) -> None:
+    """Append one event (see the module docstring)."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown audit action {action!r}: add it to audit.ACTIONS")
+    columns = (", at", ", %s") if at is not None else ("", "")
+    statement = _INSERT.format(at=columns[0], at_value=columns[1])
+    values = [principal_label(principal), action, target, Jsonb(dict(detail or {})), count]
+    if at is not None:
+        values.append(at)
+    if isinstance(where, Database):
+        if tenant is None:
+            if isinstance(principal, str):
+                raise ValueError("record(db, ...) with a principal label needs tenant=")
+            tenant = principal.tenant
+        with where.session(tenant) as conn:
+            conn.execute(statement, values)
+    else:
+        if tenant is not None:
+            raise ValueError("a session records into its own tenant: pass the Database")
+        where.execute(statement, values)
+
+
+def record_quietly(db: Database, principal: Principal | str, action: str,
+                   target: str | None = None, detail: Mapping[str, Any] | None = None, *,
+                   tenant: str | None = None) -> None:
+    """``record`` on its own session, logging (not raising) a failure: for an event beside
+    an error, which must still reach the caller."""
+    try:
+        record(db, principal, action, target, detail, tenant=tenant)
+    except Exception:  # noqa: BLE001
+        logger.exception("could not record %s in the audit log", action)
+
+
+def denied(db: Database, principal: Principal, exc: Exception, operation: str,
+           pipeline: str | None = None) -> None:
+    """A refusal (Forbidden) of a known principal, committed on its own; never raises.
+    The target is the pipeline the operation named, or the one the refusal names."""
+    details = getattr(exc, "details", {}) or {}
+    named = details.get("pipeline")
+    target = pipeline or (named if isinstance(named, str) else None)
+    detail = {"operation": operation, "message": getattr(exc, "message", str(exc))}
+    for key in ("missing", "classification", "action"):
+        if key in details:
+            detail[key] = details[key]
+    record_quietly(db, principal, "access.denied", target, detail)
+
+
+def listing(conn: psycopg.Connection, *, since: Any = None, action: str | None = None,
+            limit: int = 100) -> list[dict[str, Any]]:
+    """The session's tenant's events, newest first."""
+    since_at = _since(since)
+    if action is not None and action not in ACTIONS:
+        raise InvalidRequest(f"unknown audit action {shown(action)}; use one of "
+                             f"{', '.join(ACTIONS)}", field="action")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}", field="limit")
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT id, at, principal, action, target, detail, count FROM pgbraid.audit_log"
+            " WHERE (%(since)s::timestamptz IS NULL OR at >= %(since)s)"
+            " AND (%(action)s::text IS NULL OR action = %(action)s)"
+            " ORDER BY at DESC, id DESC LIMIT %(limit)s",
+            {"since": since_at, "action": action, "limit": limit}).fetchall()
+    for row in rows:
+        row["at"] = row["at"].isoformat()
+    return rows
+
+
+def _since(value: Any) -> datetime | None:
+    """An ISO-8601 time, or a span back from now: 30s, 15m, 2h, 7d."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value[:-1].isdigit() and value[-1:] in _SPANS:
+        return datetime.now(timezone.utc) - timedelta(**{_SPANS[value[-1]]: int(value[:-1])})
+    try:
+        return parse_as_of(value)
+    except InvalidRequest:
+        raise InvalidRequest(f"since must be an ISO-8601 time or a span such as 15m, 2h, 7d; "
+                             f"got {shown(value)}", field="since") from None
+
+
+_SPANS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+class Usage:
+    """Requests counted per (tenant, principal, action, target) and minute, written as one
+    row each once their minute is over (``add``), or all at once (``flush``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str, str | None, datetime], Counter] = {}
+
+    def add(self, tenant: str, principal: Principal | str, action: str, kind: str,
+            target: str | None = None) -> None:
+        """Count one ``action`` (a key of ``COUNTED``) of this ``kind`` (an operation, a
+        reason); write the minutes that are over."""
+        if action not in COUNTED:
+            raise ValueError(f"audit action {action!r} is not counted: see audit.COUNTED")
+        now = _minute(datetime.now(timezone.utc))
+        key = (tenant, principal_label(principal), action, target, now)
+        with self._lock:
+            self._counts.setdefault(key, Counter())[kind] += 1
+            due = [k for k in self._counts if k[4] < now]
+        if due:
+            self._write(due)
+
+    def flush(self) -> None:
+        with self._lock:
+            due = list(self._counts)
+        self._write(due)
+
+    def _write(self, keys: list) -> None:
+        with self._lock:
+            taken = [(k, self._counts.pop(k)) for k in keys if k in self._counts]
+        for (tenant, label, action, target, minute), kinds in taken:
+            try:
+                record(self._db, label, action, target, {COUNTED[action]: dict(kinds)},
+                       tenant=tenant, count=sum(kinds.values()), at=minute)
+            except Exception:  # noqa: BLE001  (counting must not fail the request)
+                logger.exception("could not write %s counts to the audit log", action)
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def audits_denials(cls: type) -> type:
+    """Class decorator: each public method of ``cls`` (which has ``_db`` and ``principal``)
+    records a Forbidden (access.denied) or an IntegrityFailure (encryption.refused) it
+    raises, once, however deeply its methods call each other."""
+    wrapped: set[str] = set()
+    for klass in cls.__mro__[:-1]:  # its bases' methods too (not object's)
+        for name, member in list(vars(klass).items()):
+            if not name.startswith("_") and inspect.isfunction(member) and name not in wrapped:
+                wrapped.add(name)
+                setattr(cls, name, _recording_denials(member))
+    return cls
+
+
+def _recording_denials(method: Callable) -> Callable:
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (Forbidden, IntegrityFailure) as exc:
+            if not getattr(exc, "audited", False):
+                exc.audited = True  # type: ignore[attr-defined]
+                try:
+                    named = signature.bind(self, *args, **kwargs).arguments.get("pipeline")
+                except TypeError:
+                    named = None
+                named = named if isinstance(named, str) else None
+                if isinstance(exc, Forbidden):
+                    denied(self._db, self.principal, exc, method.__name__, named)
+                else:  # a tampered ciphertext: refused, and the tenant's admin should know
+                    record_quietly(self._db, self.principal, "encryption.refused", named,
+                                   {"operation": method.__name__, "message": exc.message})
+            raise
+    return wrapper

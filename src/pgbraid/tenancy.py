@@ -1,0 +1,88 @@
+"""What a Client does as its tenant's admin, and how its key is checked: API keys,
+classifications, the audit log. A base of ``client.Client`` (which holds ``_db``,
+``principal``, ``_usage`` and ``_session``); kept apart so each file stays short."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from . import apikeys, audit
+from .errors import Forbidden
+from .models import parse_classifications
+from .scope import CLOSE_CLASSIFICATIONS, Principal
+
+
+class TenantAdmin:
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal an API key stands for (Unauthorized when none, revoked or expired:
+        audited in the key's tenant, or counted under no tenant when no key is known)."""
+        return apikeys.authenticate(lambda: self._db.session(""), token, self._refused)
+
+    def _refused(self, row: dict[str, Any] | None, why: str) -> None:
+        if row is None:
+            self._usage.add(audit.ANONYMOUS_TENANT, "anonymous", "key.refused", why)
+        else:
+            audit.record_quietly(self._db, f"key:{row['id']}", "key.refused", row["id"],
+                                 {"reason": why}, tenant=row["tenant_id"])
+
+    def note_use(self, operation: str) -> None:
+        """Count one request of this client's key (audit.Usage: a row per key per minute)."""
+        self._usage.add(self.tenant, self.principal, "key.use", operation)
+
+    def define_classification(self, name: str, implies: Iterable[str] = ()) -> None:
+        """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal)."""
+        self.principal.require_tenant_admin("defining a classification")
+        (name,) = parse_classifications([name])
+        implied = list(parse_classifications(list(implies))) if implies else []
+        with self._session() as conn:
+            # One definition at a time per tenant, so each recomputation of the
+            # closures sees every definition committed before it.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgbraid.classifications'),"
+                         " hashtext(current_setting('pgbraid.tenant')))")
+            conn.execute(
+                "INSERT INTO pgbraid.classifications (name, implies) VALUES (%s, %s)"
+                " ON CONFLICT (tenant_id, name) DO UPDATE SET implies = EXCLUDED.implies",
+                (name, implied))
+            conn.execute(CLOSE_CLASSIFICATIONS)
+            audit.record(conn, self.principal, "classification.define", name,
+                         {"implies": implied})
+
+    # -- API keys (see apikeys.py) -------------------------------------------------
+
+    def create_key(self, **grants: Any) -> dict[str, str]:
+        """A new key of this tenant, ``{"id", "key"}`` (the key is shown only now):
+        ``pipeline`` (or "*"), ``permissions``, ``classification``, ``expires``, ``admin``."""
+        with self._session() as conn:
+            created = apikeys.create(conn, self.principal, **grants)
+            audit.record(conn, self.principal, "key.create", created["id"],
+                         {k: v if isinstance(v, (str, bool, list, type(None))) else str(v)
+                          for k, v in grants.items()})
+            return created
+
+    def keys(self) -> list[dict[str, Any]]:
+        with self._session() as conn:
+            return apikeys.listing(conn, self.principal)
+
+    def revoke_key(self, key_id: str) -> dict[str, str]:
+        """Revoke a key: the next request that presents it is refused."""
+        with self._session() as conn:
+            revoked = apikeys.revoke(conn, self.principal, key_id)
+            audit.record(conn, self.principal, "key.revoke", key_id)
+            return revoked
+
+    # -- the audit log (see audit.py) ------------------------------------------------
+
+    def audit(self, *, since: Any = None, action: str | None = None, limit: int = 100,
+              unauthenticated: bool = False) -> list[dict[str, Any]]:
+        """The tenant's audit log, newest first (the tenant's admin); ``unauthenticated``:
+        the refusals that named no known key (the local process only)."""
+        self.principal.require_tenant_admin("reading the audit log")
+        tenant = self.tenant
+        if unauthenticated:
+            if self.principal.key_id is not None:
+                raise Forbidden("only the local process reads the refusals of unknown keys",
+                                action="reading the audit log")
+            tenant = audit.ANONYMOUS_TENANT
+        self._usage.flush()
+        with self._db.session(tenant) as conn:
+            return audit.listing(conn, since=since, action=action, limit=limit)

@@ -1,0 +1,182 @@
+"""The audit log: append-only for every role that could try, tenant-scoped, and
+holding the events of keys, refusals and writes (Python, CLI and HTTP)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from pgbraid import audit
+from pgbraid.cli import app
+from pgbraid.errors import Forbidden, InvalidRequest, Unauthorized
+
+from .serving import served, tenant_client  # noqa: F401  (fixture)
+
+runner = CliRunner()
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture()
+def tenant(data_dir, server):
+    with tenant_client(data_dir) as client:
+        yield client
+
+
+def _actions(client, **query) -> list[tuple[str, str | None]]:
+    return [(e["action"], e["target"]) for e in client.audit(**query)]
+
+
+# -- append-only ----------------------------------------------------------------------
+
+CHANGES = ("UPDATE pgbraid.audit_log SET action = 'key.use'",
+           "DELETE FROM pgbraid.audit_log",
+           "TRUNCATE pgbraid.audit_log")
+
+
+def test_the_application_role_may_insert_and_select_but_never_change(tenant):
+    audit.record(tenant._db, tenant.principal, "pipeline.create", "kept")
+    for statement in CHANGES:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with tenant.session() as conn:  # as pgbraid_app, the tenant set
+                assert conn.execute("SELECT current_user").fetchone()[0] == "pgbraid_app"
+                conn.execute(statement)
+    assert _actions(tenant) == [("pipeline.create", "kept")]
+
+
+def test_even_the_owner_and_a_superuser_are_refused(tenant, superuser):
+    audit.record(tenant._db, tenant.principal, "pipeline.create", "kept")
+    owner = superuser.execute("SELECT pg_get_userbyid(relowner) FROM pg_class"
+                              " WHERE oid = 'pgbraid.audit_log'::regclass").fetchone()[0]
+    assert owner == superuser.execute("SELECT current_user").fetchone()[0]
+    for statement in CHANGES:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+            superuser.execute(statement)
+    assert _actions(tenant) == [("pipeline.create", "kept")]
+
+
+def test_a_session_cannot_write_into_another_tenant(tenant):
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with tenant.session() as conn:
+            conn.execute("INSERT INTO pgbraid.audit_log (tenant_id, principal, action)"
+                         " VALUES ('someone-else', 'local', 'key.use')")
+
+
+def test_record_refuses_an_unknown_action_and_a_tenant_beside_a_session(tenant):
+    with pytest.raises(ValueError, match="audit.ACTIONS"):
+        audit.record(tenant._db, tenant.principal, "made.up")
+    with pytest.raises(ValueError, match="own tenant"), tenant.session() as conn:
+        audit.record(conn, tenant.principal, "key.use", tenant="x")
+
+
+# -- the events -----------------------------------------------------------------------
+
+def test_writes_keys_and_refusals_are_recorded_in_their_tenant_only(tenant, data_dir):
+    tenant.create_pipeline("docs", embedder="none")
+    key = tenant.create_key(pipeline="docs", permissions="read")
+    tenant.ingest("docs", [{"id": "a", "text": "hello audit"}])
+    tenant.delete_document("docs", "a")
+    reader = tenant.acting_as(tenant.authenticate(key["key"]))
+    with pytest.raises(Forbidden):
+        reader.delete_pipeline("docs")
+    with pytest.raises(Forbidden):  # a classification beyond the key's: the engine's refusal
+        tenant.acting_as(tenant.authenticate(tenant.create_key(
+            pipeline="docs", permissions="read,execute", classification="public")["key"])
+        ).search("docs", "hello", classification="secret")
+    tenant.revoke_key(key["id"])
+    with pytest.raises(Unauthorized):
+        tenant.authenticate(key["key"])
+    tenant.delete_pipeline("docs")
+    events = tenant.audit()
+    assert [(e["action"], e["target"]) for e in reversed(events)] == [
+        ("pipeline.create", "docs"), ("key.create", key["id"]), ("document.ingest", "docs"),
+        ("document.delete", "docs/a"), ("access.denied", "docs"),
+        ("key.create", events[4]["target"]), ("access.denied", "docs"),
+        ("key.revoke", key["id"]), ("key.refused", key["id"]), ("pipeline.delete", "docs")]
+    by_action = {e["action"]: e for e in events}
+    assert by_action["document.ingest"]["detail"] == {"added": 1, "updated": 0,
+                                                      "unchanged": 0, "failed": 0}
+    denied = [e for e in events if e["action"] == "access.denied"]
+    assert denied[1]["principal"] == f"key:{key['id']}"
+    assert denied[1]["detail"]["operation"] == "delete_pipeline"
+    assert denied[0]["detail"]["classification"] == ["secret"]
+    assert by_action["key.refused"]["detail"] == {"reason": "this API key was revoked"}
+    assert all(key["key"] not in json.dumps(e) for e in events)  # never the token
+    with tenant_client(data_dir) as other:
+        assert other.audit() == []
+
+
+def test_since_action_and_limit_filter_and_bad_values_are_refused(tenant):
+    for n in range(3):
+        audit.record(tenant._db, tenant.principal, "pipeline.create", f"p{n}")
+    audit.record(tenant._db, tenant.principal, "pipeline.delete", "p0")
+    assert _actions(tenant, action="pipeline.delete") == [("pipeline.delete", "p0")]
+    assert len(tenant.audit(limit=2)) == 2
+    assert len(tenant.audit(since="1h")) == 4
+    later = (datetime.now(timezone.utc) + timedelta(minutes=5)).isoformat()
+    assert tenant.audit(since=later) == []
+    for bad in ({"action": "nope"}, {"since": "yesterday"}, {"limit": 0}, {"limit": True}):
+        with pytest.raises(InvalidRequest):
+            tenant.audit(**bad)
+
+
+def test_unknown_keys_are_counted_per_minute_under_no_tenant(tenant):
+    before = sum(e["count"] for e in tenant.audit(unauthenticated=True, limit=10_000,
+                                                  action="key.refused"))
+    for token in (None, "not-a-key", "pgb_" + "A" * 43):
+        with pytest.raises(Unauthorized):
+            tenant.authenticate(token)
+    after = tenant.audit(unauthenticated=True, limit=10_000, action="key.refused")
+    assert sum(e["count"] for e in after) == before + 3
+    assert after[0]["principal"] == "anonymous" and "reasons" in after[0]["detail"]
+    key = tenant.create_key(pipeline="*", permissions="read", admin=True)
+    keyed = tenant.acting_as(tenant.authenticate(key["key"]))
+    with pytest.raises(Forbidden):  # a key's admin reads its own tenant only
+        keyed.audit(unauthenticated=True)
+
+
+def test_the_cli_prints_the_log_and_its_json(tenant, env):
+    tenant.create_pipeline("cli-docs", embedder="none")
+    environment = {**env, "PGBRAID_TENANT": tenant.tenant}
+    result = runner.invoke(app, ["audit", "--json", "--action", "pipeline.create"],
+                           env=environment)
+    assert result.exit_code == 0, result.output
+    assert [(e["action"], e["target"]) for e in json.loads(result.stdout)] == [
+        ("pipeline.create", "cli-docs")]
+    text = runner.invoke(app, ["audit", "--since", "10m"], env=environment)
+    assert text.exit_code == 0 and "pipeline.create" in text.stdout and "cli-docs" in text.stdout
+    bad = runner.invoke(app, ["audit", "--json", "--action", "drop table"], env=environment)
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["details"]["field"] == "action"
+
+
+# -- over HTTP -----------------------------------------------------------------------
+
+def test_get_audit_is_for_the_admin_key_and_counts_each_keys_use(tenant, served):
+    tenant.create_pipeline("web", embedder="none")
+    admin = tenant.create_key(pipeline="*", permissions="read,write,execute,admin", admin=True)
+    reader = tenant.create_key(pipeline="web", permissions="read,execute")
+    with served.client(reader["key"]) as http:
+        for _ in range(3):
+            assert http.post("/pipelines/web/search", json={"query": "x"}).status_code == 200
+        refused = http.get("/audit")
+        assert refused.status_code == 403
+    with served.client(admin["key"]) as http:
+        events = http.get("/audit", params={"since": "10m"}).json()
+        assert http.get("/audit", params={"limit": 0}).status_code == 400
+        assert http.get("/audit", params={"bogus": 1}).status_code == 400
+    used = [e for e in events if e["action"] == "key.use" and e["principal"] ==
+            f"key:{reader['id']}"]
+    assert sum(e["count"] for e in used) == 4
+    assert sum(e["detail"]["operations"].get("POST /pipelines/{pipeline}/search", 0)
+               for e in used) == 3
+    denied = [e for e in events if e["action"] == "access.denied"]
+    assert denied and denied[0]["principal"] == f"key:{reader['id']}"
+    assert denied[0]["detail"]["operation"] == "audit"
+
