@@ -61,6 +61,7 @@ def main() -> None:
         crypto.run(quick=args.quick)
     if args.suite in ("ingest", "all"):
         ingest.run(quick=args.quick)
+        draw(ingest)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
     if args.suite == "contention":  # not in "all": it measures latency under load, not speed

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pgbraid.ingest.prepare import embedding_text
 
+from . import plots
 from .common import BENCH_DIR, DATA, connect, console, read_jsonl, table
 
 EMBEDDED_DOCS = 512
@@ -250,14 +251,18 @@ def run(quick: bool = False) -> None:
                         f"{len(rows) / wall / base:.2f}", f"{cpu:.2f} (server)"])
     else:
         console.print(f"pg_textsearch peer skipped: {why_not}")
-    table("SciFact lexical ingestion (pg_textsearch: one row per document)",
-          ["", "wall s", "fragments/s", "vs 1 process", "CPU ms/fragment"], out)
+    columns = ["", "wall s", "fragments/s", "vs 1 process", "CPU ms/fragment"]
+    table("SciFact lexical ingestion (pg_textsearch: one row per document)", columns, out)
+    plots.save("ingest", "lexical", [dict(zip(columns, row)) for row in out],
+               load=os.getloadavg()[0], rounds=rounds)
     embedded(client, rows[:2 * EMBEDDED_SLICE if quick else EMBEDDED_DOCS])
 
 
 def embedded(client, sample: list[dict]) -> None:
     bare, ingest, fragments, ratios = embedded_runs(client, sample)
     spread = f"slices {min(ratios):.2f}-{max(ratios):.2f}"
+    plots.save("ingest", "embedded", {"bare_s": bare, "ingest_s": ingest, "fragments": fragments,
+                                      "slice_ratios": ratios}, load=os.getloadavg()[0])
     table(f"Embedded ingestion, first {len(sample)} abstracts (minilm), in slices of"
           f" {EMBEDDED_SLICE} alternating which runs first",
           ["", "seconds", "fragments/s", "vs bare embedder"],
@@ -265,3 +270,13 @@ def embedded(client, sample: list[dict]) -> None:
            ["pgbraid ingest", f"{ingest:.1f}", f"{fragments / ingest:.1f}",
             f"{bare / ingest:.2f} ({spread})"]])
     console.print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def plot(results: dict) -> list[Path]:
+    """Fragments/s per way of ingesting SciFact, from the suite's result file."""
+    rows = plots.data(results, "lexical") or []
+    values = {row[""]: float(row["fragments/s"]) for row in rows}
+    if not values:
+        return []
+    return [plots.bars("ingest", "SciFact lexical ingestion", "fragments/s", values,
+                       note="machine shared: see docs/benchmarks.md", digits=0)]
