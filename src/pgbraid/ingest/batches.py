@@ -190,7 +190,8 @@ def _todo(batch: Batch) -> list[Prepared]:
 
 
 def _fail(batch: Batch, p: Prepared, message: str) -> None:
-    batch.items[batch.items.index(p)] = ReadError(p.doc.source or p.doc.id, message)
+    at = next(i for i, item in enumerate(batch.items) if item is p)  # not ==: numpy fields
+    batch.items[at] = ReadError(p.doc.source or p.doc.id, message)
 
 
 def _analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch) -> None:
