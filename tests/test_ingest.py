@@ -141,7 +141,7 @@ def test_a_batch_mixing_new_changed_repeated_and_failing_documents(client, pipel
 
     client.ingest(pipeline, [{"id": "u", "text": "the old pump text"}])
     report = client.ingest(pipeline, [
-        {"id": "n1", "text": "first pump manual", "classification": ["internal"]},
+        {"id": "n1", "text": "first pump manual", "classification": ["mixedbatch"]},
         {"id": "u", "text": "the new valve text"},
         {"id": "n1", "text": "second pump manual, revised"},
         {"id": "bad", "text": "never stored", "metadata": {"note": "nul \u0000 here"}},
@@ -152,6 +152,6 @@ def test_a_batch_mixing_new_changed_repeated_and_failing_documents(client, pipel
     assert (n1["version"], n1["text"]) == (2, "second pump manual, revised")
     hits = client.search(pipeline, "pump", type="bm25").hits
     assert sorted((h.document_id, h.version) for h in hits) == [("n1", 2), ("n2", 1)]
-    assert client.search(pipeline, "pump", type="bm25", classification="internal").hits == ()
+    assert client.search(pipeline, "pump", type="bm25", classification="mixedbatch").hits == ()
     assert client.search(pipeline, "old", type="bm25").hits == ()
     index_state(client, pipeline)

@@ -114,25 +114,25 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
            rows: list[dict[str, Any]]) -> list[int]:
-    """Insert fragment rows (``row``), as stored; their ids, in the rows' order."""
-    names = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-    values = sql.SQL(", ").join(
-        sql.SQL("coalesce(id, pgbraid.random_fragment_id())") if name == "id"
-        else sql.Identifier(name) for name in COLUMNS)
+    """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
+    without an id (a plain pipeline's) get the column's default."""
+    stored = stored_fragments(sealing, rows)
+    columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
     stage = sql.Identifier(_STAGE)
     conn.execute(sql.SQL(
-        "CREATE TEMPORARY TABLE IF NOT EXISTS {} ON COMMIT DROP AS"
+        "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
-            for stored in stored_fragments(sealing, rows):
-                copy.write_row([_dumpable(name, stored[_STORED.get(name, name)])
-                                for name in COLUMNS])
+            for row in stored:
+                copy.write_row([_dumpable(name, row[_STORED.get(name, name)])
+                                for name in columns])
         cur.execute(sql.SQL(
-            "INSERT INTO pgbraid.fragments ({names}) SELECT {values} FROM {stage}"
-            " RETURNING id, version_id, ordinal").format(names=names, values=values, stage=stage))
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
+            " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
-        cur.execute(sql.SQL("TRUNCATE {}").format(stage))
+        cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 
