@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|all|plots] [--quick]`
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|replicas|capacity|all|plots] [--quick]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
 draws its plots from that file into docs/plots/ (bench/plots.py); `plots` redraws
@@ -11,8 +11,8 @@ import argparse
 import importlib
 import pkgutil
 
-from . import (contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, load, plots,
-               vector)
+from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
+               load, plots, replicas, vector)
 from .common import ROOT, console
 
 
@@ -35,7 +35,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "contention", "load", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "contention", "load", "replicas", "capacity", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     args = parser.parse_args()
@@ -62,8 +62,14 @@ def main() -> None:
     if args.suite in ("ingest", "all"):
         ingest.run(quick=args.quick)
         draw(ingest)
+    if args.suite in ("live", "all"):
+        live.run(queries=50 if args.quick else 150)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
+    if args.suite == "capacity":  # not in "all": sizes for docs/scale.md
+        capacity.run(quick=args.quick)
+    if args.suite == "replicas":  # not in "all": it makes and removes a streaming replica
+        replicas.run(quick=args.quick)
     if args.suite == "contention":  # not in "all": it measures latency under load, not speed
         contention.run()
 

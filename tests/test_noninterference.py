@@ -6,8 +6,9 @@ The walk covers every entry of the strategy registry (a new strategy falls under
 with the default request), hybrid and auto, graph modes, point-in-time searches
 (as_of with every versioned type, type history), highlights, pages (offset, and
 the next page through the cursor, which must not change either), grounding,
-document reads, version listings and pipeline counts. Timings are the only
-values allowed to differ.
+document reads, version listings and pipeline counts, and live fetch (whether
+the corpus holds an identifier is decided in the reader's scope). Timings are the
+only values allowed to differ.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pytest
 import pgbraid
 from pgbraid import strategies
 from pgbraid.scope import Principal
+
+from .test_live import remote  # noqa: F401  (fixture)
 
 QUERY = "reactor maintenance schedule"
 PUBLIC = [
@@ -183,3 +186,27 @@ def test_the_walk_covers_every_strategy():
     assert {r["type"] for r in requests() if r.get("params", {}).get("highlight")} >= {
         "fulltext", "bm25", "hybrid"}
     assert any("offset" in r.get("params", {}) for r in requests())
+
+
+def test_live_fetch_decides_within_the_readers_scope(data_dir, server, client, remote):  # noqa: F811
+    """A secret document that holds (or is named by) the identifier changes nothing for a
+    reader who may not see it: the reader's search fetches, stores and cites the same."""
+    from .test_live import MISSING, source
+
+    holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
+    seen, name = [], f"ni-live-{uuid.uuid4().hex[:8]}"  # one name: the trace's reasons hold it
+    for hidden in ([], [{"id": MISSING, "title": f"{MISSING} secret", "classification": ["secret"],
+                         "text": f"{MISSING} is being exploited against the reactor."}]):
+        client.define_classification("secret", implies=["internal"])
+        client.create_pipeline(name, embedder="none", live=source(remote))
+        client.ingest(name, PUBLIC + hidden)
+        with pgbraid.connect(data_dir=data_dir, principal=holder) as reader:
+            response = reader.search(name, MISSING, type="auto").model_dump(mode="json")
+        seen.append({
+            "hits": [(h["document_id"], h["version"], h["title"], h["page_content"])
+                     for h in response["hits"]],
+            "trace": [{k: v for k, v in strip_timings(e).items() if k != "details"}
+                      | {"stored": e["details"].get("stored")} for e in response["trace"]["retrievers"]]})
+        client.delete_pipeline(name)
+    assert seen[0]["trace"][-1]["status"] == "ran"
+    assert seen[0] == seen[1]

@@ -66,6 +66,7 @@ ACTIONS: dict[str, str] = {
     "access.denied": "a principal lacked a permission or classification (403)",
     "pipeline.create": "a pipeline was created",
     "pipeline.delete": "a pipeline and everything in it was deleted",
+    "pipeline.live": "a pipeline's live source was declared, changed or removed (detail: hosts)",
     "document.ingest": "documents were written (detail: added, updated, unchanged, failed)",
     "document.delete": "a document's current version was expired",
     "document.quarantine": "a document was quarantined",

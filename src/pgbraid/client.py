@@ -9,11 +9,14 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import ValidationError
 
-from . import audit, embedders, encryption, grounding, pipelines, rotation, sources
+from . import audit, embedders, encryption, grounding, live as live_fetch, pipelines, rotation, sources
+from .live import search as live_search
+from .live.admin import LiveSources
 from .strategies.graph import store as graph
 from .strategies.vector import store as vectors
 from .config import Settings
 from .db.database import Database
+from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
@@ -36,7 +39,7 @@ ANALYZE_SHARE = 0.1
 
 
 @audit.audits_denials
-class Client(TenantAdmin):
+class Client(TenantAdmin, LiveSources):
     """A principal's handle on pgbraid: pipelines, ingestion, search, document reads.
 
     Every call acts as ``principal`` (by default the local process, its tenant's
@@ -48,8 +51,9 @@ class Client(TenantAdmin):
 
     def __init__(self, db: Database, settings: Settings, server: EmbeddedServer | None,
                  principal: Principal | None = None,
-                 keyring: encryption.Keyring | None = None) -> None:
+                 keyring: encryption.Keyring | None = None, reads: Router | None = None) -> None:
         self._db = db
+        self._reads = reads
         self.settings = settings
         self.server = server
         self.keyring = keyring or encryption.Keyring.from_settings(
@@ -64,7 +68,7 @@ class Client(TenantAdmin):
     def acting_as(self, principal: Principal) -> "Client":
         """A client over this one's pool and engine acting as ``principal`` (the HTTP
         layer: one client per process, one principal per request). Closing it is a no-op."""
-        other = Client(self._db, self.settings, self.server, principal, self.keyring)
+        other = Client(self._db, self.settings, self.server, principal, self.keyring, self._reads)
         other._engine, other._borrowed, other._usage = self.engine, True, self._usage
         return other
 
@@ -94,7 +98,7 @@ class Client(TenantAdmin):
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,
-                      max_k=s.max_k, keyring=self.keyring)
+                      max_k=s.max_k, keyring=self.keyring, reads=self._reads)
 
     def session(self):
         """A read-write transaction under the tenant's row-level security (the
@@ -108,13 +112,15 @@ class Client(TenantAdmin):
     # -- pipelines ------------------------------------------------------------
 
     def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
-                        encrypt_metadata: Iterable[str] | None = None,
+                        encrypt_metadata: Iterable[str] | None = None, live: Any = None,
                         **options: Any) -> PipelineInfo:
         """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
-        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py)."""
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py);
+        ``live``: a live source (live.LiveSource or its dict)."""
         self.principal.require_tenant_admin("creating a pipeline")
         options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
+        source = live_fetch.parse(live) if live is not None else None
         dimension = None
         if chosen:
             self._db.open()
@@ -124,6 +130,8 @@ class Client(TenantAdmin):
             dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
         with self._session() as conn:
             pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+            if source is not None:
+                pipelines.set_setting(conn, name, "live", source.model_dump(mode="json"))
             audit.record(conn, self.principal, "pipeline.create", name,
                          {"embedder": chosen, **{k: str(v) for k, v in options.items()}})
         if chosen:
@@ -170,8 +178,8 @@ class Client(TenantAdmin):
             target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring)
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
-            report = ingest(self._session, target, items(source, fields), embedder=embedder,
-                            on_error=on_error, progress=progress)
+            report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
+                            embedder=embedder, on_error=on_error, progress=progress)
         except BaseException as exc:  # batches before the error are written: say so
             audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
                                  {"error": type(exc).__name__})
@@ -179,6 +187,7 @@ class Client(TenantAdmin):
         audit.record(self._db, self.principal, "document.ingest", pipeline, {
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})
+        report.lsn = self._commit_lsn()
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self._db.admin() as conn:
@@ -196,7 +205,13 @@ class Client(TenantAdmin):
             version = delete_document(conn, pipelines.get(conn, pipeline), document_id)
             audit.record(conn, self.principal, "document.delete", f"{pipeline}/{document_id}",
                          {"expired_version": version})
-        return {"document_id": document_id, "expired_version": version}
+        return {"document_id": document_id, "expired_version": version, "lsn": self._commit_lsn()}
+
+    def _commit_lsn(self) -> str:
+        """The primary's WAL position after this call's commits: a search with it as
+        ``min_lsn`` reads them on any replica (db/replicas.py)."""
+        with self._db.admin() as conn:
+            return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
     # -- reads ----------------------------------------------------------------
 
@@ -204,7 +219,7 @@ class Client(TenantAdmin):
         body = dict(request)
         if query is not None:
             body["query"] = query
-        return self.engine.search(self.principal, pipeline, body)
+        return live_search.search(self, pipeline, body)
 
     def document(self, pipeline: str, document_id: str, *, version: int | None = None,
                  as_of: Any = None, classification: Any = None) -> dict[str, Any]:
@@ -360,9 +375,18 @@ class Client(TenantAdmin):
         return grounding.ground(load, entity, value, scope=scope, strategies=strategies,
                                 gates=grounding.Gates(pgsearch=self.settings.pgsearch))
 
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each read replica's state as last sampled ([] without PGBRAID_READ_DSN)."""
+        if self._reads is None:
+            return []
+        self._reads.open()
+        return self._reads.status()
+
     def close(self) -> None:
         if not self._borrowed:
             self._usage.flush()
+            if self._reads is not None:
+                self._reads.close()
             self._db.close()
 
     def __enter__(self) -> "Client":
@@ -402,7 +426,11 @@ def connect(dsn: str | None = None, *, data_dir: Path | str | None = None,
         target = server.start().dsn
     db = Database(target, statement_timeout_ms=settings.statement_timeout_ms,
                   max_size=settings.pool_size, timeout=settings.pool_timeout)
-    return Client(db, settings, server, principal)
+    reads = None
+    if split_dsns(settings.read_dsn):
+        reads = Router(db, split_dsns(settings.read_dsn), max_lag_bytes=settings.read_max_lag_bytes,
+                       wait_ms=settings.read_wait_ms, refresh_s=settings.read_refresh_s)
+    return Client(db, settings, server, principal, reads=reads)
 
 
 def load_settings(**values: Any) -> Settings:

@@ -23,6 +23,16 @@ class Settings(BaseSettings):
 
     dsn: str | None = None
     """An external PostgreSQL (with pgvector). When set, nothing is started."""
+    read_dsn: str = ""
+    """Read replicas (streaming standbys of the primary), comma-separated: searches go
+    there, everything else to the primary (db/replicas.py)."""
+    read_max_lag_bytes: int = Field(16 << 20, ge=0, le=1 << 40)
+    """A replica more WAL bytes than this behind the primary is skipped."""
+    read_wait_ms: int = Field(1_000, ge=0, le=60_000)
+    """How long a search with ``min_lsn`` waits for a replica to replay it before it
+    answers from the primary."""
+    read_refresh_s: float = Field(1.0, gt=0, le=60)
+    """How often replica health and lag are sampled."""
     data_dir: Path | None = None
     """Where the embedded server keeps its cluster (default: the user's data folder)."""
     tenant: str = "default"
@@ -65,6 +75,8 @@ class Settings(BaseSettings):
     encryption_key_file: Path | None = None
     """A key file (one base64 key a line, the current one first, mode 0600). Default: an
     embedded server's ``<data dir>/encryption.keys``, created on first use."""
+    mcp: bool = False
+    """Set by ``pgbraid serve --mcp`` for its workers: serve MCP (streamable HTTP) at /mcp."""
     no_auth: bool = False
     """Set by ``pgbraid serve --no-auth`` for its workers: every request from loopback acts
     as the tenant's admin. Not meant to be set by hand."""

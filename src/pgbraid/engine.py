@@ -9,7 +9,10 @@ classifications, builds the ``Scope``, runs the legs (further legs on sessions
 of their own that import the same snapshot, or in turn on the main session
 when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
 (highlight.py) and the next page's cursor in the same snapshot. Document reads
-and version listings run the same way.
+and version listings run the same way. With read replicas (db/replicas.py) a
+search's snapshot is on the replica the router chose (rerun on the primary if
+that replica fails under it) and the trace names it; every other read and
+every write stays on the primary.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import psycopg
 
 from . import documents, encryption, highlight, paging, pipelines, planner, strategies
 from .db.database import Database, Snapshot
+from .db.replicas import Router
 from .errors import Forbidden, NotEnabled, PgbraidError
 from .fusion import Fused, fuse, lead, promote
 from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
@@ -50,10 +54,13 @@ class Leg:
 
 class Engine:
     def __init__(self, db: Database, *, context: Context, max_query_chars: int,
-                 max_k: int, keyring: encryption.Keyring | None = None) -> None:
+                 max_k: int, keyring: encryption.Keyring | None = None,
+                 reads: Router | None = None) -> None:
         self.db = db
         self.keyring = keyring
         """Opens encrypted pipelines' values (bound to each pipeline in _resolve)."""
+        self.reads = reads
+        """Read replicas for searches (everything else reads the primary)."""
         self.context = context
         self.max_query_chars = max_query_chars
         self.max_k = max_k
@@ -84,6 +91,12 @@ class Engine:
 
     def search(self, principal: Principal, pipeline_name: str,
                body: dict[str, Any] | SearchRequest) -> SearchResponse:
+        return self.search_in(principal, pipeline_name, body)[0]
+
+    def search_in(self, principal: Principal, pipeline_name: str,
+                  body: dict[str, Any] | SearchRequest) -> tuple[SearchResponse, Pipeline | None]:
+        """The search and the pipeline it ran in (None for a plan that touches no
+        database): live fetch reads the pipeline's settings from the same snapshot."""
         asked = self.parse(body)
         page = paging.open_page(asked, self.max_k)
         principal.require(pipeline_name, "read", "execute")
@@ -93,9 +106,23 @@ class Engine:
             legs = [Leg(leg, planner.single_request(asked)) for leg in plan.legs]
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
-            return self._respond(pipeline_name, asked, plan, legs, page, started)
+            return self._respond(pipeline_name, asked, plan, legs, page, started), None
         context = self.context_with_extensions()
-        with self.db.snapshot(principal.tenant) as snapshot:
+
+        def on(db: Database) -> tuple[SearchResponse, Pipeline]:
+            return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
+                                   started)
+        if self.reads is None:
+            return on(self.db)
+        (response, pipeline), served = self.reads.run(asked.consistency, asked.min_lsn, on)
+        trace = response.trace.model_copy(update={"server": served.as_dict()})
+        return response.model_copy(update={"trace": trace}), pipeline
+
+    def _search_on(self, db: Database, principal: Principal, pipeline_name: str,
+                   asked: SearchRequest, plan: planner.Plan, page: paging.Page,
+                   context: Context, started: float) -> tuple[SearchResponse, Pipeline]:
+        """The search in one snapshot of ``db`` (the primary or a read replica)."""
+        with db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
                                            asked.classification)
             request = asked.model_copy(update={"classification": held})
@@ -115,8 +142,8 @@ class Engine:
                 legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
             response = self._respond(pipeline.name, request, plan, legs, page, started, pipeline)
-            return self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
-                                pipeline)
+            return (self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
+                                 pipeline), pipeline)
 
     def _finish(self, conn: psycopg.Connection, asked: SearchRequest, plan: planner.Plan,
                 legs: list[Leg], page: paging.Page, scope: Scope, response: SearchResponse,

@@ -168,3 +168,15 @@ def describe(exc: BaseException) -> Described:
 def error_body(exc: BaseException) -> dict[str, Any]:
     """The single error shape of the CLI's --json output and of the HTTP API."""
     return describe(exc).body()
+
+
+def from_body(body: Any) -> PgbraidError:
+    """The error an error body (``error_body``'s shape, from the HTTP API) stands for: the
+    table's class for its code, with its message and details (PgbraidError when the code
+    is not in the table, as ``internal`` is not)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return PgbraidError("the server answered an error without the error shape")
+    classes = {row.code: cls for cls, row in ERRORS.items()}
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    return classes.get(error.get("code"), PgbraidError)(str(error.get("message", "")), **details)

@@ -18,6 +18,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 MAX_DOCUMENT_ID_CHARS = 1000
 MAX_VERSION = 2**31 - 1
 MAX_CURSOR_CHARS = 1000
+LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
+"""A WAL position as PostgreSQL prints a pg_lsn."""
 
 
 class Frozen(BaseModel):
@@ -71,6 +73,20 @@ class SearchRequest(Frozen):
     without an offset); None: the current ones."""
     cursor: str | None = None
     """The ``next_cursor`` of the previous page (paging.py)."""
+    consistency: Literal["any", "primary"] = "any"
+    """With read replicas: ``primary`` reads on the primary; ``any`` on a replica
+    within the lag bound (or the primary when there is none)."""
+    min_lsn: str | None = None
+    """With read replicas: answer from a replica that has replayed this WAL position
+    (an ingest answer's ``lsn``), waiting up to PGBRAID_READ_WAIT_MS, else the primary."""
+
+    @field_validator("min_lsn")
+    @classmethod
+    def _min_lsn(cls, value: str | None) -> str | None:
+        if value is not None and not LSN.fullmatch(value):
+            raise ValueError("must be a PostgreSQL LSN such as '0/16B3748' (an ingest "
+                             "answer's lsn)")
+        return value
 
     @field_validator("as_of", mode="before")
     @classmethod
@@ -317,6 +333,9 @@ class TraceEntry(Frozen):
 class Trace(Frozen):
     retrievers: tuple[TraceEntry, ...]
     fusion: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    """With read replicas: the server that answered (``replica-N`` in PGBRAID_READ_DSN
+    order, or ``primary``), why, its replay position and lag."""
     ms: float = 0.0
 
 

@@ -122,3 +122,16 @@ def info(conn: psycopg.Connection, pipeline: Pipeline,
         encrypted="encryption" in pipeline.settings,
         encrypted_metadata=tuple(pipeline.settings.get("encryption", {}).get("metadata", ())),
         documents=documents, versions=versions, fragments=fragments)
+
+
+def set_setting(conn: psycopg.Connection, name: str, key: str, value: Any) -> Pipeline:
+    """Set (or, with None, remove) one key of a pipeline's settings."""
+    pipeline = get(conn, name)
+    if value is None:
+        conn.execute("UPDATE pgbraid.pipelines SET settings = settings - %s WHERE id = %s",
+                     (key, pipeline.id))
+    else:
+        conn.execute("UPDATE pgbraid.pipelines SET settings = settings || jsonb_build_object("
+                     "%s::text, %s::jsonb) WHERE id = %s",
+                     (key, Jsonb(value), pipeline.id))
+    return get(conn, name)

@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
+from starlette.routing import Route
 
 from ..client import connect, load_settings
 from ..config import Settings
@@ -47,13 +48,19 @@ def _version() -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
 
+    mcp = _mcp(settings, lambda: app.state.api)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await run_in_threadpool(connect, **_overrides(settings))
         app.state.api = Api(client, no_auth=settings.no_auth)
+        if mcp is not None:
+            await mcp.start()
         try:
             yield
         finally:
+            if mcp is not None:
+                await mcp.stop()
             await run_in_threadpool(client.close)
 
     app = FastAPI(title="pgbraid", version=_version(), description=DESCRIPTION,
@@ -61,6 +68,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   dependencies=[Depends(known_query)])
     for module in ROUTERS:
         app.include_router(module.router)
+    if mcp is not None:
+        app.router.routes.append(Route("/mcp", endpoint=mcp, methods=["GET", "POST", "DELETE"],
+                                       include_in_schema=False))
     install(app)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestShape, max_body_bytes=settings.max_body_bytes)
@@ -73,6 +83,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def from_environment() -> FastAPI:
     """The factory uvicorn calls in each worker."""
     return create_app()
+
+
+def _mcp(settings: Settings, api: Any) -> Any:
+    """The /mcp endpoint (``serve --mcp``; needs the ``mcp`` extra), or None."""
+    if not settings.mcp:
+        return None
+    from ..integrations.mcp_server import HttpMcp
+
+    return HttpMcp(api, version=_version(), no_auth=settings.no_auth)
 
 
 def _overrides(settings: Settings) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from ..client import Client
+from ..live.config import LiveSource
 from ..models import PipelineInfo
 from .auth import caller
 from .errors import documented
@@ -19,7 +20,8 @@ def create_pipeline(body: PipelineCreate, client: Client = Depends(caller)) -> P
     """Create a pipeline (the tenant's admin)."""
     return client.create_pipeline(body.name, embedder=body.embedder, language=body.language,
                                   fulltext=body.fulltext, chunk_size=body.chunk_size,
-                                  encrypt=body.encrypt, encrypt_metadata=body.encrypt_metadata)
+                                  encrypt=body.encrypt, encrypt_metadata=body.encrypt_metadata,
+                                  live=body.live)
 
 
 @router.get("/pipelines", response_model=list[PipelineInfo], responses=documented())
@@ -38,3 +40,22 @@ def delete_pipeline(pipeline: str, client: Client = Depends(caller)) -> dict:
     """Delete a pipeline and everything in it (admin on the pipeline)."""
     client.delete_pipeline(pipeline)
     return {"deleted": pipeline}
+
+
+@router.get("/pipelines/{pipeline}/live", response_model=LiveSource, responses=documented())
+def show_live(pipeline: str, client: Client = Depends(caller)) -> dict:
+    """The pipeline's live source (admin on the pipeline: a URL template may hold a key)."""
+    return client.live_source(pipeline)
+
+
+@router.put("/pipelines/{pipeline}/live", response_model=LiveSource, responses=documented(413))
+def set_live(pipeline: str, body: LiveSource, client: Client = Depends(caller)) -> dict:
+    """Declare or replace the pipeline's live source (admin on the pipeline)."""
+    return client.set_live_source(pipeline, body)
+
+
+@router.delete("/pipelines/{pipeline}/live", response_model=Deleted, responses=documented())
+def remove_live(pipeline: str, client: Client = Depends(caller)) -> dict:
+    """Remove the pipeline's live source: searches no longer fetch (admin on the pipeline)."""
+    client.set_live_source(pipeline, None)
+    return {"deleted": f"{pipeline}/live"}

@@ -14,6 +14,7 @@ from fastapi import Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..errors import InvalidRequest
+from ..live.config import LiveSource
 from ..models import NAME_RE, SearchRequest, shown
 
 NAME = f"^{NAME_RE.pattern}$"
@@ -52,6 +53,8 @@ class PipelineCreate(Body):
     """Store text, titles and the ``encrypt_metadata`` fields AES-256-GCM sealed."""
     encrypt_metadata: list[str] | None = Field(None, max_length=100)
     """Top-level metadata fields to seal too (needs ``encrypt``)."""
+    live: LiveSource | None = None
+    """A live source: what a search may fetch when the corpus lacks it (live fetch)."""
 
 
 class DocumentIn(Body):
@@ -157,6 +160,9 @@ class IngestReportOut(Out):
     stopped: bool
     failed: list[Failure]
     skipped: list[SkippedOut]
+    lsn: str | None = None
+    """The primary's WAL position after the commits: pass it as a search's ``min_lsn``
+    to read them on a replica."""
 
 
 class DocumentOut(Out):
@@ -202,6 +208,8 @@ class VersionOut(Out):
 class DocumentExpired(Out):
     document_id: str
     expired_version: int
+    lsn: str | None = None
+    """The primary's WAL position after the commit (a search's ``min_lsn``)."""
 
 
 class FragmentOut(Out):

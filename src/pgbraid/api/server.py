@@ -1,7 +1,8 @@
 """``pgbraid serve``: uvicorn over the app factory, with the no-auth rule.
 
 Auth may be off (``--no-auth``: every request acts as the local tenant's admin)
-only on a loopback address; anything else is refused before a socket is bound.
+only on a loopback address; anything else is refused before a socket is bound,
+and so is a ``PGBRAID_READ_DSN`` that is not a standby of this cluster.
 On SIGTERM or SIGINT uvicorn stops accepting, lets in-flight requests finish
 (up to ``PGBRAID_SHUTDOWN_TIMEOUT`` seconds), then the app closes its pool: an
 ingestion batch is one transaction, so it commits or rolls back whole.
@@ -14,7 +15,8 @@ import sys
 
 import uvicorn
 
-from ..client import load_settings
+from ..client import connect, load_settings
+from ..db.replicas import split_dsns
 from ..keyring import Keyring
 from ..errors import InvalidRequest
 from .auth import is_loopback
@@ -23,7 +25,7 @@ FACTORY = "pgbraid.api.app:from_environment"
 
 
 def serve(host: str = "127.0.0.1", port: int = 8400, workers: int = 1,
-          no_auth: bool = False) -> None:
+          no_auth: bool = False, mcp: bool = False) -> None:
     settings = load_settings()
     if no_auth and not is_loopback(host):
         raise InvalidRequest(f"--no-auth is only allowed on a loopback address (127.0.0.1, "
@@ -33,7 +35,15 @@ def serve(host: str = "127.0.0.1", port: int = 8400, workers: int = 1,
         raise InvalidRequest("--workers must be from 1 to 64", field="workers")
     # A key file others may read, or a bad key, refuses to start here, said in one line.
     Keyring.from_settings(settings, embedded=not settings.dsn)
+    if split_dsns(settings.read_dsn):
+        # A read DSN that is a primary or another cluster's standby: refused before
+        # a socket is bound, not on the first search.
+        with connect() as client:
+            client.replicas()
     os.environ["PGBRAID_NO_AUTH"] = "1" if no_auth else "0"
+    os.environ["PGBRAID_MCP"] = "1" if mcp else "0"
+    if mcp:
+        import mcp as sdk  # noqa: F401  (fail here, not in every worker, without the extra)
     if no_auth:
         print(f"pgbraid: authentication is OFF: every request from loopback acts as the "
               f"admin of tenant {settings.tenant!r}", file=sys.stderr, flush=True)

@@ -54,7 +54,74 @@ def server_status(as_json: bool = JsonOpt) -> None:
         emit(status.as_dict()) if as_json else show_mapping("server", status.as_dict())
 
 
+replica_app = typer.Typer(no_args_is_help=True, help="Streaming read replicas of the embedded "
+                          "server (put their DSN in PGBRAID_READ_DSN).")
+server_app.add_typer(replica_app, name="replica")
+ReplicaName = typer.Option("replica1", "--name", help="The replica's name (a-z, 0-9, _).")
+
+
+def _replica(name: str):
+    from ..db.standby import EmbeddedReplica
+
+    return EmbeddedReplica(_server(), name)
+
+
+@replica_app.command("start")
+def replica_start(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Make (pg_basebackup -R, first time) and start a hot standby of the embedded server."""
+    with handled(as_json):
+        status = _replica(name).start()
+        emit(status.as_dict()) if as_json else show_mapping(
+            f"replica {name} running: PGBRAID_READ_DSN={status.dsn!r}", status.as_dict())
+
+
+@replica_app.command("stop")
+def replica_stop(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Stop a replica (it catches up when started again)."""
+    with handled(as_json):
+        status = _replica(name).stop()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name}", status.as_dict())
+
+
+@replica_app.command("status")
+def replica_status(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Is the replica running, and its DSN."""
+    with handled(as_json):
+        status = _replica(name).status()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name}", status.as_dict())
+
+
+@replica_app.command("remove")
+def replica_remove(name: str = ReplicaName, as_json: bool = JsonOpt) -> None:
+    """Stop a replica, delete its folder and drop its replication slot on the primary."""
+    with handled(as_json):
+        status = _replica(name).remove()
+        emit(status.as_dict()) if as_json else show_mapping(f"replica {name} removed",
+                                                            status.as_dict())
+
+
 # -- pipelines ----------------------------------------------------------------
+
+LIVE_HOSTS = typer.Option(None, "--live-allow-host", help="A host the live source (and its "
+                          "redirects) may reach; repeat for more.")
+LIVE_OPTIONS = typer.Option(None, "--live-option", help="A live source setting as NAME=VALUE: "
+                            "timeout, max_bytes, rate_limit, max_documents, records, "
+                            "id_field, title_field, text_field, metadata_field, language_field.")
+
+
+def _live(url: Optional[str], hosts: Optional[list[str]], options: Optional[list[str]]) -> dict:
+    """A live source from the CLI's options (validated by the client)."""
+    source: dict[str, Any] = {"url": url, "allow_hosts": hosts or [], "fields": {}}
+    for option in options or []:
+        key, sep, value = option.partition("=")
+        if not sep:
+            raise InvalidRequest(f"--live-option takes NAME=VALUE, not {option!r}")
+        if key.endswith("_field"):
+            source["fields"][key.removesuffix("_field")] = value
+        else:
+            source[key] = value
+    return source
+
 
 @pipeline_app.command("create")
 def pipeline_create(name: str, language: str = typer.Option("english", help="Default text-search language."),
@@ -66,14 +133,45 @@ def pipeline_create(name: str, language: str = typer.Option("english", help="Def
                         help="Store text, titles and --encrypt-metadata fields AES-256-GCM sealed."),
                     encrypt_metadata: Optional[str] = typer.Option(
                         None, help="Top-level metadata fields to seal too, comma-separated."),
+                    live_source: Optional[str] = typer.Option(
+                        None, help="A live source URL template with {query} or {identifier}."),
+                    live_allow_host: Optional[list[str]] = LIVE_HOSTS,
+                    live_option: Optional[list[str]] = LIVE_OPTIONS,
                     as_json: bool = JsonOpt) -> None:
     """Create a pipeline."""
     with handled(as_json), connect() as client:
+        if live_source is None and (live_allow_host or live_option):
+            raise InvalidRequest("--live-allow-host and --live-option need --live-source")
+        live = _live(live_source, live_allow_host, live_option) if live_source else None
         fields = [f.strip() for f in encrypt_metadata.split(",")] if encrypt_metadata else None
         info = client.create_pipeline(name, language=language, fulltext=fulltext,
                                       chunk_size=chunk_size, embedder=embedder, encrypt=encrypt,
-                                      encrypt_metadata=fields)
+                                      encrypt_metadata=fields, live=live)
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name} created", info.model_dump())
+
+
+@pipeline_app.command("live")
+def pipeline_live(name: str,
+                  source: Optional[str] = typer.Option(
+                      None, "--source", help="The new URL template ({query} or {identifier})."),
+                  allow_host: Optional[list[str]] = typer.Option(
+                      None, "--allow-host", help="A host it may reach; repeat for more."),
+                  option: Optional[list[str]] = typer.Option(
+                      None, "--option", help="NAME=VALUE, as --live-option of create."),
+                  remove: bool = typer.Option(False, "--remove", help="Remove the live source."),
+                  as_json: bool = JsonOpt) -> None:
+    """Show, change (--source ...) or remove (--remove) a pipeline's live source."""
+    with handled(as_json), connect() as client:
+        if remove:
+            client.set_live_source(name, None)
+            body: dict[str, Any] = {"deleted": f"{name}/live"}
+        elif source is not None:
+            body = client.set_live_source(name, _live(source, allow_host, option))
+        elif allow_host or option:
+            raise InvalidRequest("give --source with --allow-host / --option (the whole source)")
+        else:
+            body = client.live_source(name)
+        emit(body) if as_json else show_mapping(f"pipeline {name}: live source", body)
 
 
 @pipeline_app.command("delete")

@@ -76,3 +76,48 @@ def _connect(dsn: str) -> psycopg.Connection:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise BackendUnavailable(f"PostgreSQL is unavailable: {exc.sqlstate or 'cannot connect'}") from exc
+
+
+cluster_app = typer.Typer(no_args_is_help=True, help="A local Citus cluster from the embedded "
+                          "wheel (coordinator + workers over Unix sockets), for trying Citus.")
+app.add_typer(cluster_app, name="cluster")
+
+
+def _cluster():
+    from ..db.cluster import LocalCluster
+
+    settings = load_settings()
+    if settings.dsn:
+        raise InvalidRequest("PGBRAID_DSN is set: pgbraid cluster manages local embedded nodes")
+    return LocalCluster(settings.resolved_data_dir())
+
+
+@cluster_app.command("start")
+def cluster_start(workers: int = typer.Option(2, "--workers", help="Worker nodes (1 to 8)."),
+                  as_json: bool = JsonOpt) -> None:
+    """Start (or attach to) a coordinator and N workers; prints the coordinator's DSN."""
+    with handled(as_json):
+        body = _cluster().start(workers)
+        emit(body) if as_json else show_mapping(
+            f"citus cluster running: PGBRAID_DSN={body['coordinator']['dsn']!r}",
+            {"active_workers": body["active_workers"],
+             **{w["name"]: w["dsn"] for w in body["workers"]}})
+
+
+@cluster_app.command("stop")
+def cluster_stop(as_json: bool = JsonOpt) -> None:
+    """Stop the workers, then the coordinator."""
+    with handled(as_json):
+        body = _cluster().stop()
+        emit(body) if as_json else console.print("citus cluster stopped")
+
+
+@cluster_app.command("status")
+def cluster_status(as_json: bool = JsonOpt) -> None:
+    """Which nodes run, their DSNs, and how many workers the coordinator sees."""
+    with handled(as_json):
+        body = _cluster().status()
+        emit(body) if as_json else show_mapping("citus cluster", {
+            "coordinator": (body["coordinator"] or {}).get("dsn"),
+            "active_workers": body["active_workers"],
+            **{w["name"]: w["dsn"] for w in body["workers"]}})

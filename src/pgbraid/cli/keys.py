@@ -5,11 +5,14 @@ HTTP API's body."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..client import connect
+from ..errors import NotEnabled, describe
 from ..output import console
 from .base import JsonOpt, app, emit, handled
 
@@ -137,9 +140,29 @@ def serve(host: str = typer.Option("127.0.0.1", help="Address to bind."),
           port: int = typer.Option(8400, help="Port to bind."),
           workers: int = typer.Option(1, help="Worker processes."),
           no_auth: bool = typer.Option(False, "--no-auth", help="No API keys: every request is "
-                                       "the local tenant's admin (loopback only).")) -> None:
+                                       "the local tenant's admin (loopback only)."),
+          mcp: bool = typer.Option(False, "--mcp", help="Also serve MCP (streamable HTTP) at "
+                                   "/mcp; needs pgbraid[mcp].")) -> None:
     """Serve the HTTP API (FastAPI on uvicorn) on the embedded server or PGBRAID_DSN."""
     from ..api.server import serve as run
 
     with handled(False):
-        run(host=host, port=port, workers=workers, no_auth=no_auth)
+        run(host=host, port=port, workers=workers, no_auth=no_auth, mcp=mcp)
+
+
+@app.command("mcp")
+def mcp_stdio(key_file: Optional[Path] = typer.Option(
+        None, "--key-file", help="A file holding the API key the tools act as (default: "
+        "PGBRAID_API_KEY; neither: the local tenant's admin).")) -> None:
+    """Serve MCP over stdio (tools: search, ground, get_document, list_pipelines)."""
+    try:  # stdout is the protocol's: errors go to stderr
+        try:
+            from ..integrations.mcp_server import configured_key, run_stdio
+        except ImportError:
+            raise NotEnabled("pgbraid mcp needs the mcp extra: pip install 'pgbraid[mcp]'",
+                             capability="mcp") from None
+        run_stdio(configured_key(key_file))
+    except Exception as exc:  # noqa: BLE001  (shown in the one shape, exit code from the table)
+        error = describe(exc)
+        print(json.dumps(error.body()), file=sys.stderr, flush=True)
+        raise typer.Exit(error.exit) from None

@@ -28,8 +28,10 @@ on the search's main session instead (same snapshot either way)."""
 
 class Database:
     def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, standby: bool = False) -> None:
         self.dsn = dsn
+        self.standby = standby
+        """A read replica (replicas.py): never migrated, every transaction read-only."""
         self.statement_timeout_ms = statement_timeout_ms
         self.timeout = timeout
         """Seconds to wait for a pooled connection (and for the first one)."""
@@ -51,11 +53,15 @@ class Database:
         kwargs: dict = {"autocommit": True}
         if "application_name" not in _conninfo(self.dsn):
             kwargs["application_name"] = "pgbraid"
+        if self.standby:  # no write reaches it, even if it was promoted meanwhile
+            kwargs["options"] = (_conninfo(self.dsn).get("options", "")
+                                 + " -c default_transaction_read_only=on").strip()
         # Every planner or session setting is SET LOCAL inside the transaction, so
         # server-side prepared statements (after 5 runs) are safe and save planning.
         pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size,
                               configure=_register_vector, kwargs=kwargs, open=False,
-                              timeout=self.timeout, name="pgbraid")
+                              timeout=self.timeout,
+                              name="pgbraid-read" if self.standby else "pgbraid")
         try:
             pool.open(wait=True, timeout=self.timeout)
         except PoolTimeout as exc:
@@ -71,7 +77,14 @@ class Database:
         return pool
 
     def _inspect(self, conn: psycopg.Connection) -> None:
-        migrate(conn)
+        from .cluster import active_workers
+
+        if active_workers(conn) == 0:
+            raise BackendUnavailable(
+                f"{_safe_dsn(self.dsn)} is a Citus coordinator without active workers: add "
+                "them (citus_add_node, or pgbraid cluster start --workers 2)")
+        if not self.standby:
+            migrate(conn)
         _register_vector(conn)  # the extension may have been created just now
         row = conn.execute(
             "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"

@@ -116,6 +116,10 @@ class EmbeddedServer:
         # Unix socket paths are limited to ~107 bytes: keep the folder short.
         self.socket_dir = Path(tempfile.gettempdir()) / f"pgbraid-{digest}"
         self.as_root = os.name == "posix" and os.geteuid() == 0
+        self.extensions_dir = data_dir
+        """Whose built extensions this server loads (a replica loads its primary's)."""
+        self.extra_options = ""
+        """More postgres options (a replica's standby settings)."""
 
     # -- status ---------------------------------------------------------------
 
@@ -229,7 +233,7 @@ class EmbeddedServer:
         options = (f"-c listen_addresses='{listen}' -k {self.socket_dir} "
                    f"-c unix_socket_permissions=0700 -p {tcp_port or DEFAULT_PORT} "
                    f"-c shared_buffers={shared_buffers_mb()}MB -c jit=off "
-                   f"{extensions.server_options(self.data_dir)}")
+                   f"{extensions.server_options(self.extensions_dir)} {self.extra_options}")
         result = self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.cluster), "-w", "-t", "30",
                             "-l", str(self.log_file), "-o", options, "start"], check=False)
         return None if result.returncode == 0 else (result.stderr or result.stdout).strip()

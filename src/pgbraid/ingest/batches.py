@@ -64,6 +64,8 @@ class IngestReport:
     stopped: bool = False
     skipped: list[Skipped] = field(default_factory=list)
     """Files of the folders ingested that were not read, and why."""
+    lsn: str | None = None
+    """The primary's WAL position after the last commit (``min_lsn`` for a search)."""
 
     @property
     def processed(self) -> int:
@@ -75,6 +77,7 @@ class IngestReport:
             "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
             "failed": [{"source": f.source, "message": f.message} for f in self.failed],
             "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
+            "lsn": self.lsn,
         }
 
 
