@@ -101,9 +101,12 @@ class Batch:
 def ingest(session: Callable, pipeline: Pipeline,
            items: Iterable[SourceDocument | ReadError | Skipped], *,
            embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
-           batch_size: int | None = None,
+           batch_size: int | None = None, ahead: bool = True,
            progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
-    """Ingest items in batches; ``session()`` opens one transaction."""
+    """Ingest items in batches; ``session()`` opens one transaction. With ``ahead`` the
+    next batch is prepared in a worker thread (on sessions of its own) while one is
+    written; a caller whose ``session()`` hands out one shared connection (savepoints
+    of its own transaction) passes ``ahead=False``."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
@@ -114,7 +117,7 @@ def ingest(session: Callable, pipeline: Pipeline,
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
             for chunk in _chunks(_divert(items, report), size):
-                batch = pool.submit(_prepare, session, pipeline, chunk, embedder)
+                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
                 if previous is not None:
                     _finish(session, pipeline, previous.result(), report, call, on_error, progress)
                     if report.stopped:
@@ -128,6 +131,17 @@ def ingest(session: Callable, pipeline: Pipeline,
         if call.partitions:
             with session() as conn:
                 bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+
+
+def _submit(pool: ThreadPoolExecutor | None, *args) -> Future:
+    if pool is not None:
+        return pool.submit(_prepare, *args)
+    done: Future = Future()
+    try:
+        done.set_result(_prepare(*args))
+    except BaseException as exc:  # raised where the result is read, as from the pool
+        done.set_exception(exc)
+    return done
 
 
 def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | ReadError]:
