@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|replicas|capacity|all|plots] [--quick]`
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|all|plots] [--quick]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
 draws its plots from that file into docs/plots/ (bench/plots.py); `plots` redraws
@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 
 from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
-               load, plots, replicas, vector)
+               load, plots, quarantine, replicas, vector)
 from .common import ROOT, console
 
 
@@ -35,7 +35,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "contention", "load", "replicas", "capacity", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     args = parser.parse_args()
@@ -64,6 +64,8 @@ def main() -> None:
         draw(ingest)
     if args.suite in ("live", "all"):
         live.run(queries=50 if args.quick else 150)
+    if args.suite in ("quarantine", "all"):
+        quarantine.run(quick=args.quick)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
     if args.suite == "capacity":  # not in "all": sizes for docs/scale.md

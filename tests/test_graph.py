@@ -178,3 +178,41 @@ def test_loads_are_all_or_nothing_with_line_numbers(client, pipeline, tmp_path):
     assert [(e["key"], e["evidence"]["shared_neighbours"]) for e in entities] == [("s2", ["p1"])]
     client.delete_vertex(pipeline, "po", "p1")
     assert client.graph_summary(pipeline)["edges"] == {}
+
+
+def test_edges_written_in_sql_of_your_own_are_searchable_by_their_type(client, pipeline):
+    """README's SQL route (no pgbraid load): triggers keep the types and graph version."""
+    client.load_graph_records(pipeline, [("supplier", "s1", "Acme", []), ("supplier", "s2", "Globex", []),
+                                         ("po", "p1", "PO 1", [])])
+    with client.session() as conn:
+        pid = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s", (pipeline,)).fetchone()[0]
+        before = conn.execute("SELECT version FROM pgbraid.graph_versions WHERE pipeline_id = %s",
+                              (pid,)).fetchone()[0]
+        conn.execute("INSERT INTO pgbraid.edges (pipeline_id, src, type, dst) SELECT %(p)s, s.id,"
+                     " 'issued', o.id FROM pgbraid.vertices s, pgbraid.vertices o WHERE s.pipeline_id"
+                     " = %(p)s AND o.pipeline_id = %(p)s AND s.type = 'supplier' AND o.type = 'po'",
+                     {"p": pid})
+        after = conn.execute("SELECT version, edge_types FROM pgbraid.graph_versions"
+                             " WHERE pipeline_id = %s", (pid,)).fetchone()
+    assert after == (before + 1, ["issued"])
+    similar = client.search(pipeline, "Acme", type="graph", params={"edge_type": "issued"})
+    assert [e["key"] for e in similar.trace.retrievers[0].details["entities"]] == ["s2"]
+
+
+def test_a_seed_whose_neighbours_are_all_hubs_samples_them_and_says_so(client, pipeline):
+    members = [f"c{i:02d}" for i in range(12)]
+    client.load_graph_records(pipeline, [("n", "s", "Seed", []), ("hub", "h", "Hub", [])]
+                              + [("n", m, m, []) for m in members],
+                              [("n", "s", "in", "hub", "h")] + [("n", m, "in", "hub", "h") for m in members])
+    response = client.search(pipeline, "x", type="graph", params={
+        "seed": "s", "mode": "similar", "edge_type": "in", "max_fanout": 3, "k": 5})
+    details = response.trace.retrievers[0].details
+    assert details["capped"] == ["hub:h (more than 3)"] and details["hubs_sampled"] is True
+    assert "heaviest edges only" in details["cap_note"]
+    # equal weights: the hub's heaviest edges are its lowest vertex ids, the seed's excluded
+    assert [e["key"] for e in details["entities"]] == members[:5]
+    assert {e["score"] for e in details["entities"]} == {1.0}
+    wide = client.search(pipeline, "x", type="graph", params={
+        "seed": "s", "mode": "similar", "edge_type": "in", "k": 20})
+    assert len(wide.trace.retrievers[0].details["entities"]) == 12
+    assert wide.trace.retrievers[0].details["capped"] == []

@@ -1,13 +1,14 @@
 """Non-interference: a reader's responses do not change when content it may not see
 changes — secret documents (some German) added, changed and removed, secret documents
-cited by graph entities, another tenant's pipeline of the same name.
+cited by graph entities, a public document quarantined (then changed, released and
+quarantined again), another tenant's pipeline of the same name.
 
 The walk covers every entry of the strategy registry (a new strategy falls under it
 with the default request), hybrid and auto, graph modes, point-in-time searches
 (as_of with every versioned type, type history), highlights, pages (offset, and
 the next page through the cursor, which must not change either), grounding,
-document reads, version listings and pipeline counts, and live fetch (whether
-the corpus holds an identifier is decided in the reader's scope). Timings are the
+document reads, document listings, version listings and pipeline counts, and live
+fetch (whether the corpus holds an identifier is decided in the reader's scope). Timings are the
 only values allowed to differ.
 """
 
@@ -52,7 +53,11 @@ def secret_documents(version: int) -> list[dict[str, Any]]:
          "classification": ["secret"]}]
 
 
-VERTICES = [("group", "G1", "APT29", ["p3", "s-apt"]), ("group", "G2", "Cozy Bear", ["p4"]),
+# Public, in the reader's scope, on its words, cited by the graph: withheld by quarantine.
+QUARANTINED = {"id": "pq", "title": "Reactor maintenance schedule",
+               "text": "Reactor maintenance schedule, APT29 tasking: the quarantined copy."}
+
+VERTICES = [("group", "G1", "APT29", ["p3", "s-apt", "pq"]), ("group", "G2", "Cozy Bear", ["p4"]),
             ("group", "G3", "Turla", ["i2"]), ("technique", "T1", "Spearphishing", []),
             ("technique", "T2", "PowerShell", []), ("technique", "T3", "Valid Accounts", [])]
 EDGES = [("group", "G1", "uses", "technique", "T1"), ("group", "G1", "uses", "technique", "T2"),
@@ -129,6 +134,7 @@ def observe(reader: pgbraid.Client, pipeline: str, source: str) -> dict[str, Any
             body = reader.search(pipeline, cursor=response.next_cursor, **following)
             seen[f"{n}:next page"] = strip_timings(body.model_dump(mode="json"))
     seen["document"] = reader.document(pipeline, "p1")
+    seen["listing"] = reader.documents(pipeline)
     seen["versions"] = reader.versions(pipeline, "p1")
     seen["pipeline"] = reader.pipeline(pipeline).model_dump()
     seen["pipelines"] = [p.model_dump() for p in reader.pipelines() if p.name == pipeline]
@@ -160,7 +166,18 @@ def test_out_of_scope_changes_leave_every_response_unchanged(data_dir, world, su
         encrypted = admin.pipeline(pipeline).encrypted
         before = observe(reader, pipeline, source)
         assert before[f"0:{next(iter(strategies.REGISTRY))}:{QUERY}"]["hits"], "walk found nothing"
+        def quarantined():
+            admin.ingest(pipeline, [QUARANTINED])
+            hits = reader.search(pipeline, QUERY, type="bm25", params={"k": 1}).hits
+            assert hits[0].document_id == "pq"  # it would change what the reader sees
+            admin.quarantine_document(pipeline, "pq", reason="non-interference")
+
         phases = {
+            "quarantined": quarantined,
+            "changed while quarantined": lambda: admin.ingest(
+                pipeline, [{**QUARANTINED, "text": QUARANTINED["text"] + " Reactor, revised."}]),
+            "released and quarantined again": lambda: (admin.release_document(pipeline, "pq"),
+                                                       admin.quarantine_document(pipeline, "pq")),
             "added": lambda: admin.ingest(pipeline, secret_documents(1)),
             "changed": lambda: admin.ingest(pipeline, secret_documents(2)),
             **({"sealed secrets spoilt": lambda: _tamper_secrets(superuser, pipeline)}
@@ -210,3 +227,43 @@ def test_live_fetch_decides_within_the_readers_scope(data_dir, server, client, r
         client.delete_pipeline(name)
     assert seen[0]["trace"][-1]["status"] == "ran"
     assert seen[0] == seen[1]
+
+
+AGE_REQUESTS = [{"type": "graph", "query": "APT29", "params": {"k": 10, "mode": mode, "engine": "age"}}
+                for mode in ("similar", "neighbours")]
+
+
+def test_the_age_engine_is_just_as_blind_to_out_of_scope_changes(data_dir, world, build_extension):
+    """graph with engine age (its mirror, Cypher, the same scope for the documents cited)."""
+    build_extension("age")
+    pipeline, _ = world
+    holder = Principal("default", {"*": frozenset({"read", "execute"})}, ("internal",))
+    with pgbraid.connect(data_dir=data_dir, principal=holder, age=True) as reader, \
+            pgbraid.connect(data_dir=data_dir, age=True) as admin, \
+            pgbraid.connect(data_dir=data_dir, tenant="other", age=True) as other:
+        def observe_age() -> list[Any]:
+            return [strip_timings(reader.search(pipeline, **r).model_dump(mode="json"))
+                    for r in AGE_REQUESTS]
+
+        observe_age()  # the first AGE search makes the mirror (its trace says rebuilt)
+        before = observe_age()
+        assert before[0]["hits"] and before[0]["trace"]["retrievers"][0]["details"]["engine"] == "age"
+
+        def other_tenant():
+            other.create_pipeline(pipeline, embedder="none")
+            other.ingest(pipeline, PUBLIC + secret_documents(1))
+            other.load_graph_records(pipeline, VERTICES + [("group", "G9", "APT29 twin", ["s0"])],
+                                     EDGES + [("group", "G9", "uses", "technique", "T1")])
+            other.search(pipeline, "APT29", type="graph", params={"engine": "age"})
+
+        phases = {
+            "added": lambda: admin.ingest(pipeline, secret_documents(1)),
+            "removed": lambda: [admin.delete_document(pipeline, d["id"]) for d in secret_documents(1)],
+            "other tenant": other_tenant,
+        }
+        changed = {}
+        for phase, change in phases.items():
+            change()
+            after = observe_age()
+            changed[phase] = [i for i, response in enumerate(after) if response != before[i]]
+        assert changed == {phase: [] for phase in phases}, "responses changed"

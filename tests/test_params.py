@@ -136,7 +136,7 @@ def test_fusion_choices_are_fusions_methods():
 
 # Defaults given as rules, as values for these requests (k = 5, offset 0).
 RULES = {("mmr", "fetch_k"): 10, ("hybrid", "depth"): 50, ("auto", "depth"): 50,
-         ("graph", "direction"): "out", ("graph", "max_fanout"): 10_000,
+         ("graph", "direction"): "out", ("graph", "max_fanout"): 1_000,
          ("hybrid", "strategies"): ["bm25", "similarity"], ("similarity", "embedder"): "minilm",
          ("mmr", "embedder"): "minilm", ("hybrid", "weights"): {}, ("auto", "weights"): {},
          ("hybrid", "leg_params"): {}, ("auto", "leg_params"): {}}

@@ -20,6 +20,7 @@ from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .errors import InvalidRequest, NotEnabled
+from .ingest import quarantine
 from .ingest.readers import FieldMap, items
 from .ingest.batches import IngestReport, ingest
 from .ingest.writer import delete_document
@@ -213,6 +214,30 @@ class Client(TenantAdmin, LiveSources):
         with self._db.admin() as conn:
             return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
+    def quarantine_document(self, pipeline: str, document_id: str, *,
+                            reason: str | None = None) -> dict[str, Any]:
+        """Withhold a document from every search until released (write); idempotent."""
+        return self._quarantine(pipeline, document_id, True, reason)
+
+    def release_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Lift a quarantine: the document searches exactly as before it (write)."""
+        return self._quarantine(pipeline, document_id, False, None)
+
+    def _quarantine(self, pipeline: str, document_id: str, quarantined: bool,
+                    reason: str | None) -> dict[str, Any]:
+        """Every quarantine change, both ways (ingest/quarantine.py), audited with it."""
+        self.principal.require(pipeline, "write")
+        reason = quarantine.check(document_id, quarantined, reason)
+        with self._session() as conn:
+            state = quarantine.change(conn, pipelines.get(conn, pipeline), document_id,
+                                      quarantined=quarantined, reason=reason,
+                                      bound=self.principal.classifications)
+            if state["changed"]:
+                audit.record(conn, self.principal,
+                             "document.quarantine" if quarantined else "document.release",
+                             f"{pipeline}/{document_id}", {"reason": reason} if reason else None)
+        return {**state, "lsn": self._commit_lsn()}
+
     # -- reads ----------------------------------------------------------------
 
     def search(self, pipeline: str, query: str | None = None, **request: Any) -> SearchResponse:
@@ -276,7 +301,7 @@ class Client(TenantAdmin, LiveSources):
         if edges:
             graph.read_edges(Path(edges), data)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
@@ -287,14 +312,15 @@ class Client(TenantAdmin, LiveSources):
         self.principal.require(pipeline, "write")
         data = graph.from_records(vertices, edges)
         with self._session() as conn:
-            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data)
+            loaded = graph.load(conn, pipelines.get(conn, pipeline).id, data, age=self.settings.age)
             audit.record(conn, self.principal, "graph.load", pipeline, loaded)
             return loaded
 
     def delete_vertex(self, pipeline: str, vertex_type: str, key: str) -> None:
         self.principal.require(pipeline, "write")
         with self._session() as conn:
-            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key)
+            graph.delete_vertex(conn, pipelines.get(conn, pipeline).id, vertex_type, key,
+                                age=self.settings.age)
             audit.record(conn, self.principal, "graph.delete", pipeline,
                          {"type": vertex_type, "key": key})
 

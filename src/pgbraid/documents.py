@@ -1,4 +1,10 @@
-"""Reading documents and their versions by id, current or point-in-time."""
+"""Reading documents and their versions by id, current or point-in-time.
+
+A quarantined document (ingest/quarantine.py) is shown only to a ``reviewer``
+(a principal who may write the pipeline, and so release it), flagged, with the
+reason; to everyone else it is "not found", like one that does not exist, and
+listings leave it out.
+"""
 
 from __future__ import annotations
 
@@ -17,24 +23,26 @@ _VERSION = """
 SELECT d.external_id AS document_id, v.version, v.title, v.body AS text, v.metadata,
        v.classifications, v.language, v.source, v.valid_from, v.valid_to,
        coalesce(v.version = d.current_version, false) AS current, d.quarantined,
+       d.quarantine_reason, d.quarantined_at,
        (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments,
        d.id AS document_row
 FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
   AND v.classifications && %(classifications)s::text[]
+  AND (%(reviewer)s OR NOT d.quarantined)
 """
 
 
 def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
          classifications: tuple[str, ...], version: int | None = None,
-         as_of: datetime | str | None = None) -> dict[str, Any]:
+         as_of: datetime | str | None = None, reviewer: bool = False) -> dict[str, Any]:
     """One version of a document: the current one, a numbered one, or the one valid at as_of."""
     validate_document_id(document_id)
     version, as_of = parse_version(version), parse_as_of(as_of)
     if version is not None and as_of is not None:
         raise InvalidRequest("give either version or as_of, not both")
     params: dict[str, Any] = {"pipeline": pipeline.id, "id": document_id,
-                              "classifications": list(classifications)}
+                              "classifications": list(classifications), "reviewer": reviewer}
     if version is not None:
         condition, params["version"] = " AND v.version = %(version)s", version
     elif as_of is not None:
@@ -47,7 +55,7 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
     if row is None:
         raise NotFound(f"document {shown(document_id)} has no version visible to this caller",
                        document_id=document_id)
-    for key in ("valid_from", "valid_to"):
+    for key in ("valid_from", "valid_to", "quarantined_at"):
         row[key] = row[key].isoformat() if row[key] else None
     document_row = row.pop("document_row")
     opened = encryption.open_version(pipeline, document_row, row["version"], {
@@ -57,7 +65,7 @@ def read(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
 
 
 def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
-             classifications: tuple[str, ...]) -> list[dict[str, Any]]:
+             classifications: tuple[str, ...], reviewer: bool = False) -> list[dict[str, Any]]:
     """The versions the classifications may see; a document with none is "not found",
     exactly like one that does not exist."""
     validate_document_id(document_id)
@@ -67,8 +75,8 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
             " coalesce(v.version = d.current_version, false) AS current"
             " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id"
             " WHERE d.pipeline_id = %s AND d.external_id = %s AND v.classifications && %s::text[]"
-            " ORDER BY v.version",
-            (pipeline.id, document_id, list(classifications))).fetchall()
+            " AND (%s OR NOT d.quarantined) ORDER BY v.version",
+            (pipeline.id, document_id, list(classifications), reviewer)).fetchall()
     if not rows:
         raise NotFound(f"document {shown(document_id)} has no version visible to this caller",
                        document_id=document_id)
@@ -88,12 +96,13 @@ FROM pgbraid.documents d JOIN pgbraid.versions v
   ON v.document_id = d.id AND v.version = d.current_version
 WHERE d.pipeline_id = %(pipeline)s AND v.classifications && %(classifications)s::text[]
   AND (%(after)s::text IS NULL OR d.external_id > %(after)s::text)
+  AND (%(reviewer)s OR NOT d.quarantined)
 ORDER BY d.external_id LIMIT %(limit)s
 """
 
 
 def listing(conn: psycopg.Connection, pipeline: Pipeline, *, classifications: tuple[str, ...],
-            after: str | None = None, limit: int = 100) -> dict[str, Any]:
+            after: str | None = None, limit: int = 100, reviewer: bool = False) -> dict[str, Any]:
     """A page of current documents in id order; ``next`` is the cursor of the next page
     (the last id of this one), None after the last."""
     if after is not None:
@@ -103,7 +112,8 @@ def listing(conn: psycopg.Connection, pipeline: Pipeline, *, classifications: tu
                              field="limit")
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_LISTING, {"pipeline": pipeline.id, "after": after, "limit": limit + 1,
-                                      "classifications": list(classifications)}).fetchall()
+                                      "classifications": list(classifications),
+                                      "reviewer": reviewer}).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
     for row in rows:
@@ -121,11 +131,12 @@ FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.id = f.version_id
 JOIN pgbraid.documents d ON d.id = f.document_id
 WHERE f.pipeline_id = %(pipeline)s AND f.id = %(id)s
   AND f.classifications && %(classifications)s::text[]
+  AND (%(reviewer)s OR NOT d.quarantined)
 """
 
 
 def fragment(conn: psycopg.Connection, pipeline: Pipeline, fragment_id: int, *,
-             classifications: tuple[str, ...]) -> dict[str, Any]:
+             classifications: tuple[str, ...], reviewer: bool = False) -> dict[str, Any]:
     """One fragment by id, of any version; one the classifications may not see is
     "not found", like one that does not exist."""
     if isinstance(fragment_id, bool) or not isinstance(fragment_id, int) \
@@ -134,7 +145,8 @@ def fragment(conn: psycopg.Connection, pipeline: Pipeline, fragment_id: int, *,
                              field="fragment_id")
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_FRAGMENT, {"pipeline": pipeline.id, "id": fragment_id,
-                                      "classifications": list(classifications)}).fetchone()
+                                      "classifications": list(classifications),
+                                      "reviewer": reviewer}).fetchone()
     if row is None:
         raise NotFound(f"fragment {fragment_id} has no version visible to this caller",
                        fragment_id=fragment_id)

@@ -9,10 +9,11 @@ classifications, builds the ``Scope``, runs the legs (further legs on sessions
 of their own that import the same snapshot, or in turn on the main session
 when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
 (highlight.py) and the next page's cursor in the same snapshot. Document reads
-and version listings run the same way. With read replicas (db/replicas.py) a
-search's snapshot is on the replica the router chose (rerun on the primary if
-that replica fails under it) and the trace names it; every other read and
-every write stays on the primary.
+and version listings run the same way; a quarantined document shows in them only
+to a principal who may write the pipeline (documents.py). With read replicas
+(db/replicas.py) a search's snapshot is on the replica the router chose (rerun on
+the primary if that replica fails under it) and the trace names it; every other
+read and every write stays on the primary.
 """
 
 from __future__ import annotations
@@ -87,6 +88,17 @@ class Engine:
             self._pgsearch_ready = True
         return dataclasses.replace(self.context, extensions=self.db.extensions)
 
+    def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
+                 context: Context) -> Context:
+        """Writes a search needs before its read-only snapshot: the pipeline's Apache AGE
+        mirror, made current (only for a graph search asking for engine age, opted in)."""
+        if not (context.age and asked.type == "graph" and asked.params.get("engine") == "age"):
+            return context
+        from .strategies.graph import age
+
+        note = age.prepare(self.db, principal.tenant, pipeline_name)
+        return dataclasses.replace(context, extensions=self.db.extensions, age_mirror=note)
+
     # -- search -------------------------------------------------------------------
 
     def search(self, principal: Principal, pipeline_name: str,
@@ -107,7 +119,7 @@ class Engine:
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
                 self._run_leg(None, leg, None, None, self.context)
             return self._respond(pipeline_name, asked, plan, legs, page, started), None
-        context = self.context_with_extensions()
+        context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
 
         def on(db: Database) -> tuple[SearchResponse, Pipeline]:
             return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
@@ -320,7 +332,8 @@ class Engine:
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
             return documents.read(snapshot.conn, pipeline, document_id, version=version,
-                                  as_of=as_of, classifications=held)
+                                  as_of=as_of, classifications=held,
+                                  reviewer=principal.allows(pipeline_name, "write"))
 
     def versions(self, principal: Principal, pipeline_name: str, document_id: str, *,
                  classification: Any = None) -> list[dict[str, Any]]:
@@ -329,7 +342,8 @@ class Engine:
         principal.require(pipeline_name, "read")
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.versions(snapshot.conn, pipeline, document_id, classifications=held)
+            return documents.versions(snapshot.conn, pipeline, document_id, classifications=held,
+                                      reviewer=principal.allows(pipeline_name, "write"))
 
     def documents(self, principal: Principal, pipeline_name: str, *, after: str | None = None,
                   limit: int = 100, classification: Any = None) -> dict[str, Any]:
@@ -339,7 +353,7 @@ class Engine:
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
             return documents.listing(snapshot.conn, pipeline, classifications=held, after=after,
-                                     limit=limit)
+                                     limit=limit, reviewer=principal.allows(pipeline_name, "write"))
 
     def fragment(self, principal: Principal, pipeline_name: str, fragment_id: int, *,
                  classification: Any = None) -> dict[str, Any]:
@@ -348,7 +362,8 @@ class Engine:
         principal.require(pipeline_name, "read")
         with self.db.snapshot(principal.tenant) as snapshot:
             pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.fragment(snapshot.conn, pipeline, fragment_id, classifications=held)
+            return documents.fragment(snapshot.conn, pipeline, fragment_id, classifications=held,
+                                      reviewer=principal.allows(pipeline_name, "write"))
 
 
 def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:

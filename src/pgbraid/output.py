@@ -35,6 +35,10 @@ def show_search(response: SearchResponse) -> None:
         console.print(table)
     else:
         console.print(f"[yellow]no hits[/yellow] for {response.query!r}")
+    if response.as_of is not None:
+        console.print(f"as of {response.as_of.isoformat()}", markup=False)
+    if response.next_cursor:
+        console.print(f"next page: --cursor {response.next_cursor}", markup=False)
     show_trace(response)
 
 

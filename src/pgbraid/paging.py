@@ -52,11 +52,12 @@ from .models import SearchRequest, parse_as_of
 from .scope import Scope
 
 # The latest version time the reader's classifications can see (greatest skips NULL),
-# down the versions_changed index to the first version in scope (migration 014).
+# down the versions_changed index to the first version in scope (migration 014);
+# a quarantined document's versions are in no scope.
 _LAST_WRITE = """
 SELECT greatest(v.valid_from, v.valid_to)
 FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
-WHERE d.pipeline_id = %(scope_pipeline)s::bigint
+WHERE d.pipeline_id = %(scope_pipeline)s::bigint AND NOT d.quarantined
   AND v.classifications && %(scope_classifications)s::text[]
 ORDER BY greatest(v.valid_from, v.valid_to) DESC
 LIMIT 1

@@ -104,13 +104,15 @@ def list_all(conn: psycopg.Connection) -> list[Pipeline]:
 
 def info(conn: psycopg.Connection, pipeline: Pipeline,
          visible: tuple[str, ...] | None = None) -> PipelineInfo:
-    """The pipeline with counts of what ``visible`` classifications may see (None: all)."""
+    """The pipeline with counts of what ``visible`` classifications may see (None: all),
+    quarantined documents left out (they count for no search)."""
     documents, versions, fragments = conn.execute(
         "SELECT (SELECT count(*) FROM pgbraid.documents d JOIN pgbraid.versions v"
         "          ON v.document_id = d.id AND v.version = d.current_version"
-        "          WHERE d.pipeline_id = %(p)s AND (%(all)s OR v.classifications && %(c)s)),"
+        "          WHERE d.pipeline_id = %(p)s AND NOT d.quarantined"
+        "          AND (%(all)s OR v.classifications && %(c)s)),"
         "       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d"
-        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s"
+        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s AND NOT d.quarantined"
         "          AND (%(all)s OR v.classifications && %(c)s)),"
         "       (SELECT count(*) FROM pgbraid.fragments f WHERE f.pipeline_id = %(p)s"
         "          AND f.current AND NOT f.quarantined AND (%(all)s OR f.classifications && %(c)s))",

@@ -1,4 +1,5 @@
-"""Documents: ingest one or a batch, list a page, read any version, delete; fragments.
+"""Documents: ingest one or a batch, list a page, read any version, delete, quarantine
+and release; fragments.
 
 Ingestion takes a JSON object (one document), a JSON array, or an
 ``application/x-ndjson`` body (one document a line, the JSONL format). A body
@@ -22,7 +23,8 @@ from ..errors import InvalidRequest
 from .auth import caller
 from .errors import documented
 from .schemas import (DocumentExpired, DocumentIn, DocumentOut, DocumentPage, FragmentOut,
-                      IngestReportOut, VersionOut, check_path_id)
+                      IngestReportOut, QuarantineBody, QuarantineOut, ReleaseBody, VersionOut,
+                      check_path_id)
 
 router = APIRouter(tags=["documents"])
 
@@ -132,6 +134,25 @@ def delete_document(pipeline: str, document_id: str, client: Client = Depends(ca
     """Expire the current version (write); earlier versions stay readable."""
     check_path_id(document_id)
     return client.delete_document(pipeline, document_id)
+
+
+@router.post("/pipelines/{pipeline}/documents/{document_id:path}/quarantine",
+             response_model=QuarantineOut, responses=documented(413))
+def quarantine_document(pipeline: str, document_id: str, body: Optional[QuarantineBody] = None,
+                        client: Client = Depends(caller)) -> dict:
+    """Withhold a document from every search until released (write); idempotent."""
+    check_path_id(document_id)
+    return client.quarantine_document(pipeline, document_id,
+                                      reason=body.reason if body else None)
+
+
+@router.post("/pipelines/{pipeline}/documents/{document_id:path}/release",
+             response_model=QuarantineOut, responses=documented(413))
+def release_document(pipeline: str, document_id: str, body: Optional[ReleaseBody] = None,
+                     client: Client = Depends(caller)) -> dict:
+    """Lift a quarantine (write): the document searches exactly as before; idempotent."""
+    check_path_id(document_id)
+    return client.release_document(pipeline, document_id)
 
 
 @router.get("/pipelines/{pipeline}/fragments/{fragment_id}", response_model=FragmentOut,

@@ -135,6 +135,15 @@ class KeyCreate(Body):
     """The tenant's admin: pipelines, sources and keys."""
 
 
+class QuarantineBody(Body):
+    reason: str | None = Field(None, max_length=1000)
+    """Why the document is withheld (shown to readers who may write the pipeline)."""
+
+
+class ReleaseBody(Body):
+    """A release takes no fields (an empty body, or none)."""
+
+
 # -- responses ------------------------------------------------------------------------
 
 class Deleted(Out):
@@ -178,6 +187,8 @@ class DocumentOut(Out):
     valid_to: str | None
     current: bool
     quarantined: bool
+    quarantine_reason: str | None = None
+    quarantined_at: str | None = None
     fragments: int
 
 
@@ -210,6 +221,36 @@ class DocumentExpired(Out):
     expired_version: int
     lsn: str | None = None
     """The primary's WAL position after the commit (a search's ``min_lsn``)."""
+
+
+class StrategyParam(Out):
+    name: str
+    kind: str
+    description: str
+
+
+class SearchType(Out):
+    description: str
+    as_of: bool
+    """Whether it searches as of a time."""
+    params: list[StrategyParam]
+
+
+class StrategiesOut(Out):
+    types: dict[str, SearchType]
+    aliases: dict[str, str]
+
+
+class QuarantineOut(Out):
+    document_id: str
+    quarantined: bool
+    reason: str | None
+    quarantined_at: str | None
+    changed: bool
+    """False when the document already was in that state (the request changed nothing)."""
+    lsn: str | None = None
+    """The primary's WAL position after the commit: a search with it as ``min_lsn`` on a
+    read replica already leaves a quarantined document out."""
 
 
 class FragmentOut(Out):

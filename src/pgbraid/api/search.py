@@ -4,6 +4,8 @@
 prints. ``POST /pipelines/{p}/retrieve`` answers the same search as NDJSON:
 one hit a line, best first, then one line with the pipeline, query, type and
 trace (seed 002: a long chunk as the query, hits as they are read).
+``GET /strategies`` lists every search type with its declared params
+(``strategies.describe()``).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from typing import Any, Iterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from .. import strategies
 from ..client import Client
 from ..models import SearchResponse
 from .auth import caller
 from .errors import documented
 from .middleware import note
-from .schemas import SearchBody
+from .schemas import SearchBody, StrategiesOut
 
 router = APIRouter(tags=["search"])
 
@@ -63,3 +66,11 @@ def _lines(response: SearchResponse) -> Iterator[bytes]:
         yield hit.model_dump_json().encode() + b"\n"
     tail = response.model_dump(mode="json", exclude={"hits"})
     yield json.dumps(tail, ensure_ascii=False).encode() + b"\n"
+
+
+@router.get("/strategies", response_model=StrategiesOut, responses=documented())
+def describe_strategies(_: Client = Depends(caller)) -> dict:
+    """Every search type: its description, whether it searches as of a time, and each
+    param's name, kind, default (or default_rule), range or choices and description
+    (any valid key)."""
+    return strategies.describe()

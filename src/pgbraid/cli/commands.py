@@ -245,7 +245,8 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(
 # -- search -------------------------------------------------------------------
 
 def _request(query: str, type_: str, k: int, classification: Optional[str], filter_: Optional[str],
-             params: Optional[str], group_by: str, distance: str = "cosine") -> dict[str, Any]:
+             params: Optional[str], group_by: str, distance: str = "cosine",
+             as_of: Optional[str] = None, cursor: Optional[str] = None) -> dict[str, Any]:
     extra = parse_json_option(params, "params") or {}
     if not isinstance(extra, dict):
         raise InvalidRequest("--params must be a JSON object")
@@ -255,6 +256,9 @@ def _request(query: str, type_: str, k: int, classification: Optional[str], filt
         body["classification"] = classification
     if filter_ is not None:
         body["filters"] = parse_json_option(filter_, "filter")
+    for name, value in (("as_of", as_of), ("cursor", cursor)):
+        if value is not None:
+            body[name] = value
     return body
 
 
@@ -269,6 +273,10 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
            distance: str = typer.Option("cosine", "--distance-strategy",
                                         help="cosine | euclidean-distance | dot-product"),
            queries: Optional[Path] = typer.Option(None, help="JSONL of {id, query}: prints NDJSON."),
+           as_of: Optional[str] = typer.Option(None, help="Search the versions valid at this "
+                                               "ISO-8601 time (no offset: UTC)."),
+           cursor: Optional[str] = typer.Option(None, help="The previous page's next_cursor "
+                                                "(page with --params '{\"offset\": 0}')."),
            as_json: bool = JsonOpt) -> None:
     """Search a pipeline (one query, or a batch with --queries).
 
@@ -277,24 +285,24 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
     with handled(as_json or queries is not None), connect() as client:
         if queries is not None:
             _batch(client, pipeline, queries, type_, k, classification, filter_, params, group_by,
-                   distance)
+                   distance, as_of)
             return
         if query is None:
             raise InvalidRequest("give a QUERY or --queries FILE")
-        response = client.search(
-            pipeline, **_request(query, type_, k, classification, filter_, params, group_by, distance))
+        response = client.search(pipeline, **_request(
+            query, type_, k, classification, filter_, params, group_by, distance, as_of, cursor))
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
 
 def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
            classification: Optional[str], filter_: Optional[str], params: Optional[str],
-           group_by: str, distance: str) -> None:
+           group_by: str, distance: str, as_of: Optional[str] = None) -> None:
     from ..evaluation import read_queries
 
     for qid, text, _ in read_queries(path):
         try:
-            response = client.search(
-                pipeline, **_request(text, type_, k, classification, filter_, params, group_by, distance))
+            response = client.search(pipeline, **_request(
+                text, type_, k, classification, filter_, params, group_by, distance, as_of))
             emit({**response.model_dump(mode="json"), "id": qid})
         except (BackendUnavailable, BackendTimeout):
             raise

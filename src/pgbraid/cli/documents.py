@@ -1,4 +1,5 @@
-"""``pgbraid document show|list|delete`` (``document PIPELINE ID`` still means show).
+"""``pgbraid document show|list|delete|quarantine|release`` (``document PIPELINE ID``
+still means show).
 ``--json`` prints exactly the HTTP API's body."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from .base import JsonOpt, app, emit, handled
 
 
 class DocumentGroup(TyperGroup):
-    """``document list|delete|show``, and ``document PIPELINE ID`` for ``show``."""
+    """``document list|delete|quarantine|release|show``, and ``document PIPELINE ID``
+    for ``show``."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] not in self.commands:
@@ -24,7 +26,7 @@ class DocumentGroup(TyperGroup):
 
 
 document_app = typer.Typer(cls=DocumentGroup, no_args_is_help=True,
-                           help="Documents: show (the default), list, delete.")
+                           help="Documents: show (the default), list, delete, quarantine, release.")
 app.add_typer(document_app, name="document")
 
 
@@ -77,3 +79,25 @@ def document_delete(pipeline: str, document_id: str, as_json: bool = JsonOpt) ->
         body = client.delete_document(pipeline, document_id)
         emit(body) if as_json else console.print(
             f"{document_id}: version {body['expired_version']} expired", markup=False)
+
+
+@document_app.command("quarantine")
+def document_quarantine(pipeline: str, document_id: str,
+                        reason: Optional[str] = typer.Option(None, help="Why it is withheld."),
+                        as_json: bool = JsonOpt) -> None:
+    """Withhold a document from every search until released (idempotent)."""
+    with handled(as_json), connect() as client:
+        body = client.quarantine_document(pipeline, document_id, reason=reason)
+        emit(body) if as_json else console.print(
+            f"{document_id}: quarantined" + ("" if body["changed"] else " already")
+            + (f" ({body['reason']})" if body["reason"] else ""), markup=False)
+
+
+@document_app.command("release")
+def document_release(pipeline: str, document_id: str, as_json: bool = JsonOpt) -> None:
+    """Lift a document's quarantine: it searches exactly as before (idempotent)."""
+    with handled(as_json), connect() as client:
+        body = client.release_document(pipeline, document_id)
+        emit(body) if as_json else console.print(
+            f"{document_id}: " + ("released" if body["changed"] else "not quarantined"),
+            markup=False)

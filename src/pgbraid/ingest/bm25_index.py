@@ -19,10 +19,12 @@ counting at once: in the partition's statistics here, and in each term's
 ``df``, which a query works out as the term's postings minus the dead ones.
 Merging, which drops dead postings, is in bm25_merge.
 
-Quarantine (not built yet) fits the same path: quarantining a fragment is
-``retire`` (dead list and statistics) under the lock; lifting it writes the
-fragment's postings again from the forward index under a fresh ordinal, as
-migration 011 rebuilds a partition, and adds its statistics back.
+Quarantine (ingest/quarantine.py) goes further: ``evict`` retires a document's
+current fragments and rewrites at once each segment holding their postings, so
+not even the trace's posting counts hold them; ``restore`` writes them again
+from the forward index under their own ordinals (ties, broken by ordinal, fall
+as before), each ordinal first cut out of the ranges of the segments that held
+it once, so one segment covers an ordinal, as ``_RETIRE`` needs.
 """
 
 from __future__ import annotations
@@ -184,6 +186,66 @@ def retire(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
     """A version's fragments stop counting: dead list and their partitions' statistics."""
     conn.execute(_RETIRE, {"pipeline": pipeline_id, "version": version_id})
 
+
+# The version's retired fragments with postings: the segment holding them, their terms.
+_HOLDING = """
+SELECT d.partition_id, d.segment, f.bm25_ordinal, f.bm25_terms
+FROM pgbraid.fragments f
+JOIN pgbraid.bm25_dead d ON d.pipeline_id = f.pipeline_id AND d.ordinal = f.bm25_ordinal
+WHERE f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s AND d.segment IS NOT NULL
+ORDER BY d.segment, f.bm25_ordinal
+"""
+
+_FORWARD = """
+SELECT f.bm25_ordinal, f.bm25_length, f.bm25_terms, f.bm25_tfs, f.ts_config::text,
+       f.classifications
+FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL
+ORDER BY f.bm25_ordinal
+"""
+
+# Ordinals whose postings a merge dropped leave the ranges of the segments that held them.
+_UNCOVER = """
+UPDATE pgbraid.bm25_segments s SET ordinals = s.ordinals - g.gone
+FROM (SELECT seg.segment, range_agg(int4range(o.o, o.o, '[]')) AS gone
+      FROM pgbraid.bm25_segments seg
+      JOIN unnest(%(partitions)s::bigint[], %(ordinals)s::int[]) AS o(p, o)
+        ON seg.partition_id = o.p AND seg.ordinals @> o.o
+      WHERE seg.pipeline_id = %(pipeline)s GROUP BY seg.segment) g
+WHERE s.pipeline_id = %(pipeline)s AND s.segment = g.segment
+"""
+
+
+def evict(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
+    """A version's fragments stop counting (``retire``) and their postings go at once:
+    each segment holding one is replaced by one without them (``bm25_merge.excise``),
+    so no list a query reads holds a posting of theirs (the trace's counts included)."""
+    retire(conn, pipeline_id, version_id)
+    held: dict[tuple[int, int], tuple[list[int], set[str]]] = defaultdict(lambda: ([], set()))
+    for partition, segment, ordinal, terms in conn.execute(
+            _HOLDING, {"pipeline": pipeline_id, "version": version_id}):
+        held[(partition, segment)][0].append(ordinal)
+        held[(partition, segment)][1].update(terms)
+    for (partition, segment), (ordinals, terms) in sorted(held.items()):
+        bm25_merge.excise(conn, pipeline_id, partition, segment, ordinals, sorted(terms))
+
+
+def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None:
+    """An evicted version's fragments count again under their own ordinals: their
+    postings written again from the forward index into a new segment per partition
+    (each ordinal first cut out of the ranges of segments that held it once), their
+    statistics added back."""
+    rows = conn.execute(_FORWARD, {"version": version_id}).fetchall()
+    if not rows:
+        return
+    ids = partitions(conn, pipeline_id, {partition_key(tuple(r[5])) for r in rows})
+    pending = Pending()
+    for ordinal, length, terms, tfs, config, classifications in rows:
+        pending.add(ordinal, length, terms, tfs, config, ids[partition_key(tuple(classifications))])
+    conn.execute(_UNCOVER, {"pipeline": pipeline_id, "partitions": pending.partitions,
+                            "ordinals": pending.ordinals})
+    first = next_segment(conn, pipeline_id)
+    for partition in sorted(flush(conn, pipeline_id, pending, first)):
+        bm25_merge.merge_tiers(conn, pipeline_id, partition)
 
 
 def _pack(pending: Pending) -> dict[str, list]:

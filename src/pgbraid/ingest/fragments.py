@@ -53,7 +53,8 @@ ORDER BY x.n
 
 COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
            "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
-           "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words")
+           "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words",
+           "quarantined")
 # The stored value of a plain column (encryption.seal_fragments adds them to a row).
 _STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
            "metadata": "stored_metadata"}
@@ -99,8 +100,9 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
 
 
 def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
-        bm25_ordinal: int) -> dict[str, Any]:
-    """The row of piece ``ordinal`` of (document row, version row, version number)."""
+        bm25_ordinal: int, *, quarantined: bool = False) -> dict[str, Any]:
+    """The row of piece ``ordinal`` of (document row, version row, version number), of a
+    ``quarantined`` document or not."""
     doc, piece = prepared.doc, prepared.pieces[ordinal]
     length, terms, tfs = piece.bm25
     return {"pipeline_id": pipeline.id, "document_id": owners[0], "version_id": owners[1],
@@ -109,7 +111,7 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
             "tsv": piece.tsv, "metadata": doc.metadata,
             "classifications": list(prepared.classifications), "bm25_ordinal": bm25_ordinal,
             "bm25_length": length, "bm25_terms": terms, "bm25_tfs": tfs, "title": doc.title,
-            "content_hash": piece.content_hash}
+            "content_hash": piece.content_hash, "quarantined": quarantined}
 
 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,

@@ -8,7 +8,10 @@ new one, never a mix. Both versions carry the transaction's one version time
 valid_from is the old one's valid_to. Unchanged content (same hash) writes
 nothing. Documents new to the pipeline are written together (``write_new``: a
 few statements per batch); the others one by one (``write_document``), each in
-its own savepoint so a failing one rolls back alone (batches.py).
+its own savepoint so a failing one rolls back alone (batches.py). A new version of
+a quarantined document is written quarantined (ingest/quarantine.py); a document
+new to the pipeline never is one, and a quarantined one (even with no current
+version) exists, so it never takes ``write_new``.
 """
 
 from __future__ import annotations
@@ -28,16 +31,18 @@ from .prepare import Prepared
 Outcome = Literal["added", "updated", "unchanged"]
 FRAGMENT_KEY = "fragments_pkey"  # ids are random (migration 011): a collision is retried once
 
-# The document, locked, with its current version and the highest version it ever had.
+# The document, locked, with its current version, the highest version it ever had and
+# whether it is quarantined.
 _DOCUMENT = """
 SELECT d.id, d.current_version,
-       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id)
+       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id),
+       d.quarantined
 FROM pgbraid.documents d WHERE d.pipeline_id = %s AND d.external_id = %s FOR UPDATE
 """
 
 _INSERT_EMBEDDINGS = """
-INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding)
-SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[])
+INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding, current)
+SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[]), NOT %(quarantined)s
 """
 
 _INSERT_VERSION = """
@@ -74,12 +79,15 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     holds bm25_index.lock.
 
     The new fragments (of BM25 partition ``partition``) have their postings added to
-    ``pending``, which the batch flushes.
+    ``pending``, which the batch flushes; those of a quarantined document are written
+    quarantined, without postings or vectors in the current indexes (ingest/quarantine.py
+    restores them on release).
     """
     doc = prepared.doc
     conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
                  " ON CONFLICT (pipeline_id, external_id) DO NOTHING", (pipeline.id, doc.id))
-    document_id, current, last = conn.execute(_DOCUMENT, (pipeline.id, doc.id)).fetchone()
+    document_id, current, last, quarantined = conn.execute(
+        _DOCUMENT, (pipeline.id, doc.id)).fetchone()
     previous = None
     if current is not None:
         previous = conn.execute(
@@ -98,7 +106,7 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
         clock.stamp(conn, pipeline.id), key_id)).fetchone()[0]
     ids = _insert_fragments(conn, pipeline, sealing, [(prepared, (document_id, version_id,
                                                                   number))],
-                            pending, partition=lambda p: partition)
+                            pending, partition=lambda p: partition, quarantined=quarantined)
     if previous is not None:
         _expire(conn, pipeline, previous[0])
     conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
@@ -141,10 +149,13 @@ def _language(pipeline: Pipeline, prepared: Prepared) -> str:
 def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
                       sealing: encryption.Sealing | None,
                       owners: list[tuple[Prepared, tuple[int, int, int]]], pending: Pending,
-                      partition: Callable[[Prepared], int]) -> list[int]:
+                      partition: Callable[[Prepared], int], *,
+                      quarantined: bool = False) -> list[int]:
     """Insert the fragments (and vectors) of each (document, (document row, version row,
-    version number)),
-    with fresh BM25 ordinals, adding their postings to ``pending``."""
+    version number)), with fresh BM25 ordinals, adding their postings to ``pending``;
+    ``quarantined`` ones (a quarantined document's) are written quarantined, their
+    postings left out and their vectors not current (ingest/quarantine.py restores both
+    on release)."""
     base = bm25_index.reserve_ordinals(conn, pipeline.id, sum(len(p.pieces) for p, _ in owners))
     rows, vectors = [], {}
     for prepared, ids in owners:
@@ -152,12 +163,17 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
         for ordinal, piece in enumerate(prepared.pieces):
             if prepared.vectors is not None:
                 vectors[len(rows)] = prepared.vectors[ordinal]
-            rows.append(fragments.row(pipeline, prepared, ids, ordinal, base + len(rows)))
-            pending.add(base + len(rows) - 1, *piece.bm25, config=piece.config, partition=part)
+            rows.append(fragments.row(pipeline, prepared, ids, ordinal, base + len(rows),
+                                      quarantined=quarantined))
+            if not quarantined:
+                pending.add(base + len(rows) - 1, *piece.bm25, config=piece.config,
+                            partition=part)
     fragment_ids = fragments.insert(conn, sealing, rows)
     if vectors:
         conn.execute(_INSERT_EMBEDDINGS, {"ids": [fragment_ids[i] for i in vectors],
-                                          "pipeline": pipeline.id, "vectors": list(vectors.values())})
+                                          "pipeline": pipeline.id,
+                                          "vectors": list(vectors.values()),
+                                          "quarantined": quarantined})
     return fragment_ids
 
 

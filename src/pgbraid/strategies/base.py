@@ -70,6 +70,9 @@ class Context:
     """The client's knowledge of monolingual pipelines (a query_language.QueryLanguages), or None."""
     filter_limits: FilterLimits = FilterLimits()
     """How large a request's filter may be (settings)."""
+    age_mirror: dict[str, Any] | None = None
+    """What preparing the pipeline's Apache AGE mirror did (graph, rebuilt, why), when a
+    graph search asked for engine age."""
 
 
 class Strategy(ABC):

@@ -6,18 +6,23 @@ exact (case-insensitive), then trigram similarity; the trace says which.
 
 ``mode: similar``: entities sharing neighbours with the seed along
 ``params.edge_type`` (e.g. group -uses-> technique), optionally only neighbours
-of ``params.neighbour_type``, following at most ``params.max_fanout`` (default
-10,000) edges out of each shared neighbour (hubs are named in the trace),
-ranked by ``params.measure``:
+of ``params.neighbour_type``; a neighbour with more than ``params.max_fanout``
+(default 1,000) edges is a hub, through which no candidates are generated (it
+still counts in every candidate's score; hubs are named in the trace), ranked
+by ``params.measure``:
     jaccard     |N(s) ∩ N(c)| / |N(s) ∪ N(c)|
     cosine      |N(s) ∩ N(c)| / sqrt(|N(s)| · |N(c)|)
     adamic-adar Σ over shared z of 1 / ln(deg(z))
 with the shared neighbours as evidence.
 
 ``mode: neighbours``: entities within ``params.hops`` (1-3) along
-``params.edge_types``, walked by a recursive CTE that follows at most
-``params.max_fanout`` (default 100) edges (heaviest first) out of each vertex, so a hub with
-10k edges cannot blow up a 2-hop walk; capped vertices are named in the trace.
+``params.edge_types``, walked breadth first, following at most ``params.max_fanout``
+(default 100) edges (heaviest first) out of each vertex, so a hub with 100k edges
+cannot blow up a 2-hop walk; capped vertices are named in the trace.
+
+``params.engine``: ``pgbraid`` (SQL over pgbraid.edges: ``native``) or ``age``
+(Cypher over the pipeline's Apache AGE mirror: ``age``; PGBRAID_AGE=1). Both
+answer through ``walks``, so entities, evidence and trace agree.
 
 Entities that describe documents become citable hits (the document's first
 current fragment in scope); every entity found is listed in the trace.
@@ -25,7 +30,6 @@ current fragment in scope); every entity found is listed in the trace.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import psycopg
@@ -38,100 +42,15 @@ from ...pipelines import Pipeline
 from ...scope import Scope
 from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 from ..params import PAGING, Param
+from . import walks
+from .native import Native
 
 MEASURES = ("jaccard", "cosine", "adamic-adar")
 DIRECTIONS = ("out", "in", "both")
 MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
-SIMILAR_FANOUT = 10_000   # per shared neighbour; ATT&CK's busiest technique has far fewer
+SIMILAR_FANOUT = 1_000    # a neighbour with more edges is a hub; ATT&CK's busiest technique has 498
 NEIGHBOUR_FANOUT = 100    # per walked vertex
-
-_SIMILAR = """
-WITH seed_n AS (SELECT DISTINCT e.{b} AS b FROM pgbraid.edges e JOIN pgbraid.vertices nv ON nv.id = e.{b}
-                WHERE e.pipeline_id = %(p)s AND e.{a} = %(seed)s AND e.type = ANY(%(types)s)
-                  AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
-cands AS (SELECT x.a AS cand, array_agg(DISTINCT s.b) AS shared
-          FROM seed_n s
-          CROSS JOIN LATERAL (SELECT e.{a} AS a FROM pgbraid.edges e
-                              WHERE e.pipeline_id = %(p)s AND e.{b} = s.b AND e.type = ANY(%(types)s)
-                                AND e.{a} <> %(seed)s
-                              ORDER BY e.weight DESC, e.{a} LIMIT %(cap)s) AS x
-          JOIN pgbraid.vertices cv ON cv.id = x.a
-          WHERE cv.type = %(ct)s GROUP BY x.a),
-deg AS (SELECT c.cand, (SELECT count(DISTINCT e.{b}) FROM pgbraid.edges e
-                         JOIN pgbraid.vertices nv ON nv.id = e.{b}
-                         WHERE e.pipeline_id = %(p)s AND e.{a} = c.cand AND e.type = ANY(%(types)s)
-                           AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)) AS degree
-        FROM cands c),
-zdeg AS MATERIALIZED (SELECT s.b, (SELECT count(DISTINCT e.{a}) FROM pgbraid.edges e
-                       WHERE e.pipeline_id = %(p)s AND e.{b} = s.b AND e.type = ANY(%(types)s)) AS degree
-         FROM seed_n s)
-SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
-       (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
-         WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
-       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared,
-       (SELECT array_agg(v.type || ':' || v.key || ' (' || z.degree || ')') FROM zdeg z
-         JOIN pgbraid.vertices v ON v.id = z.b WHERE z.degree > %(cap)s) AS capped
-FROM cands c JOIN deg d ON d.cand = c.cand
-"""
-
-# Both directions: the same question over the union of both edge orientations.
-_ADJ_BOTH = ("SELECT src AS a, dst AS b FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)"
-             " UNION ALL SELECT dst, src FROM pgbraid.edges WHERE pipeline_id = %(p)s AND type = ANY(%(types)s)")
-_SIMILAR_BOTH = """
-WITH adj AS MATERIALIZED ({adj}),
-seed_n AS (SELECT DISTINCT adj.b FROM adj JOIN pgbraid.vertices nv ON nv.id = adj.b
-           WHERE adj.a = %(seed)s AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)),
-cands AS (SELECT adj.a AS cand, array_agg(DISTINCT adj.b) AS shared FROM adj JOIN seed_n s ON s.b = adj.b
-          JOIN pgbraid.vertices cv ON cv.id = adj.a WHERE adj.a <> %(seed)s AND cv.type = %(ct)s
-          GROUP BY adj.a),
-deg AS (SELECT adj.a AS cand, count(DISTINCT adj.b) AS degree FROM adj
-        JOIN pgbraid.vertices nv ON nv.id = adj.b
-        WHERE adj.a IN (SELECT cand FROM cands) AND (%(nt)s::text IS NULL OR nv.type = %(nt)s)
-        GROUP BY adj.a),
-zdeg AS (SELECT adj.b, count(DISTINCT adj.a) AS degree FROM adj
-         WHERE adj.b IN (SELECT b FROM seed_n) GROUP BY adj.b)
-SELECT c.cand AS id, d.degree, (SELECT count(*) FROM seed_n) AS seed_degree,
-       (SELECT coalesce(sum(1.0 / ln(z.degree)), 0) FROM zdeg z
-         WHERE z.b = ANY(c.shared) AND z.degree > 1)::float8 AS adamic_adar,
-       (SELECT array_agg(v.key ORDER BY v.key) FROM pgbraid.vertices v WHERE v.id = ANY(c.shared)) AS shared
-FROM cands c JOIN deg d ON d.cand = c.cand
-"""
-
-_WALK = """
-WITH RECURSIVE walk(vertex, depth, path, edge_types) AS (
-    SELECT %(seed)s::bigint, 0, ARRAY[%(seed)s::bigint], ARRAY[]::text[]
-  UNION ALL
-    SELECT n.next, w.depth + 1, w.path || n.next, w.edge_types || n.type
-    FROM walk w
-    CROSS JOIN LATERAL (
-        SELECT x.next, x.type FROM (
-            SELECT e.dst AS next, e.type, e.weight FROM pgbraid.edges e
-             WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = w.vertex AND e.type = ANY(%(types)s)
-            UNION ALL
-            SELECT e.src, e.type, e.weight FROM pgbraid.edges e
-             WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = w.vertex AND e.type = ANY(%(types)s)
-        ) x ORDER BY x.weight DESC, x.next LIMIT %(cap)s) AS n
-    WHERE w.depth < %(hops)s AND NOT n.next = ANY(w.path)
-)
-SELECT DISTINCT ON (vertex) vertex AS id, depth, path, edge_types FROM walk
-WHERE depth > 0 ORDER BY vertex, depth, path
-"""
-
-# Which walked vertices had more edges than the cap: counted only up to cap + 1,
-# so a hub with 100k edges costs no more than any other capped vertex.
-_CAPPED = """
-SELECT v.type || ':' || v.key AS vertex, d.degree
-FROM pgbraid.vertices v
-CROSS JOIN LATERAL (SELECT count(*) AS degree FROM (
-    SELECT 1 FROM pgbraid.edges e WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = v.id
-       AND e.type = ANY(%(types)s)
-    UNION ALL
-    SELECT 1 FROM pgbraid.edges e WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = v.id
-       AND e.type = ANY(%(types)s)
-    LIMIT %(cap)s + 1) AS x) AS d
-WHERE v.id = ANY(%(ids)s) AND d.degree > %(cap)s
-"""
 
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
@@ -187,7 +106,8 @@ PARAMS = (
     Param("candidate_type", "string", None, "the vertex type of the entities found (mode "
           "similar)", rule="the seed's type"),
     Param("hops", "integer", 2, "how far the walk goes (mode neighbours)", low=1, high=3),
-    Param("max_fanout", "integer", None, "edges followed out of each vertex, heaviest first",
+    Param("max_fanout", "integer", None, "neighbours: edges followed out of each vertex, "
+          "heaviest first; similar: a neighbour with more edges is a hub, not followed",
           low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
     Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
           choices=("pgbraid", "age")),
@@ -218,9 +138,6 @@ class Graph(Strategy):
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
-        if request.params.get("engine") == "age":
-            raise NotEnabled("the Apache AGE path needs the age extension, which is not installed",
-                             strategy=self.name)
         known = _known_types(conn, pipeline.id)
         types = _types(request) or known["edges"]
         unknown = [t for t in types if t not in known["edges"]]
@@ -236,10 +153,9 @@ class Graph(Strategy):
         mode, direction = _mode(request)
         details: dict[str, Any] = {"mode": mode, "seed": {k: seed[k] for k in ("type", "key", "label")},
                                    "seed_resolved_by": how, "edge_types": types, "direction": direction}
-        if mode == "similar":
-            entities = _similar(conn, pipeline.id, seed, types, direction, request, details)
-        else:
-            entities = _neighbours(conn, pipeline.id, seed, types, direction, request, details)
+        adj = self._adjacency(conn, pipeline, request, context, details)
+        answer = _similar if mode == "similar" else _neighbours
+        entities = answer(adj, conn, seed, types, direction, request, details)
         entities = entities[:k]
         details["entities"] = entities
         if not entities:
@@ -253,12 +169,23 @@ class Graph(Strategy):
         return Outcome(rows, details)
 
 
+    def _adjacency(self, conn, pipeline, request, context, details):
+        if request.params.get("engine") != "age":
+            details["engine"] = "pgbraid"
+            return Native(conn, pipeline.id)
+        from . import age  # only with PGBRAID_AGE=1 and engine "age": nothing else touches AGE
+
+        details["engine"] = "age"
+        return age.adjacency(conn, pipeline, context, details)
+
+
 def _known_types(conn: psycopg.Connection, pipeline_id: int) -> dict[str, list[str]]:
-    edges = [r[0] for r in conn.execute("SELECT DISTINCT type FROM pgbraid.edges WHERE pipeline_id = %s"
-                                        " ORDER BY 1", (pipeline_id,))]
-    vertices = [r[0] for r in conn.execute("SELECT DISTINCT type FROM pgbraid.vertices"
-                                           " WHERE pipeline_id = %s ORDER BY 1", (pipeline_id,))]
-    return {"edges": edges, "vertices": vertices}
+    """The vertex and edge types ever loaded (kept by store.py: a DISTINCT over every
+    edge would cost more than the search). A type whose last edge was deleted stays known
+    and simply finds nothing."""
+    row = conn.execute("SELECT vertex_types, edge_types FROM pgbraid.graph_versions"
+                       " WHERE pipeline_id = %s", (pipeline_id,)).fetchone()
+    return {"vertices": row[0], "edges": row[1]} if row else {"vertices": [], "edges": []}
 
 
 def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) -> tuple[dict, str]:
@@ -290,54 +217,52 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
     return rows[0], how
 
 
-def _similar(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
+def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
     measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
-    params = {"p": pipeline_id, "types": types, "seed": seed["id"], "cap": cap,
-              "nt": request.params.get("neighbour_type"),
-              "ct": request.params.get("candidate_type", seed["type"])}
-    if direction == "both":
-        statement = sql.SQL(_SIMILAR_BOTH).format(adj=sql.SQL(_ADJ_BOTH))
-    else:
-        a, b = ("src", "dst") if direction == "out" else ("dst", "src")
-        statement = sql.SQL(_SIMILAR).format(a=sql.Identifier(a), b=sql.Identifier(b))
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(statement, params).fetchall()
-    capped = sorted({c for r in rows for c in (r.get("capped") or [])})
-    details.update(measure=measure, candidates=len(rows), max_fanout=cap, capped=capped)
+    scored, found = walks.similar(
+        adj, seed["id"], types, direction, cap=cap, measure=measure, want=_want(request),
+        neighbour_type=request.params.get("neighbour_type"),
+        candidate_type=request.params.get("candidate_type", seed["type"]))
+    hubs = found["hubs"]
+    keys = _keys(conn, sorted({s["id"] for s in scored} | {z for s in scored for z in s["shared"]}
+                              | set(hubs)))
+    capped = sorted(f"{keys[z]['type']}:{keys[z]['key']} ({n if n <= cap else f'more than {cap}'})"
+                    for z, n in hubs.items())
+    details.update(measure=measure, candidates=found["candidates"], max_fanout=cap, capped=capped)
     if capped:
-        details["cap_note"] = (f"{len(capped)} shared neighbours have more than {cap} edges; only "
-                               f"their {cap} heaviest were followed, so scores through them are partial")
-    scored = []
-    for r in rows:
-        shared = len(r["shared"])
-        value = {"jaccard": shared / (r["seed_degree"] + r["degree"] - shared),
-                 "cosine": shared / math.sqrt(r["seed_degree"] * r["degree"]),
-                 "adamic-adar": r["adamic_adar"]}[measure]
-        scored.append((value, r))
-    keys = _keys(conn, [r["id"] for _, r in scored])
-    entities = [{**keys[r["id"]], "score": round(v, 6),
-                 "evidence": {"shared_neighbours": r["shared"], "shared": len(r["shared"]),
-                              "degree": r["degree"], "seed_degree": r["seed_degree"]}}
-                for v, r in scored]
+        details["cap_note"] = (
+            f"{len(capped)} of the seed's neighbours have more than {cap} edges (hubs): "
+            + (f"candidates came through their {cap} heaviest edges only, as other neighbours "
+               "gave fewer than k" if found["hubs_sampled"] else
+               "candidates were not generated through them")
+            + "; hubs count in every candidate's shared neighbours and score; candidates "
+            "sharing only hubs with the seed may be missing (raise params.max_fanout to follow "
+            "hubs in full)")
+        details["hubs_sampled"] = found["hubs_sampled"]
+    entities = [{**keys[s["id"]], "score": round(s["score"], 6),
+                 "evidence": {"shared_neighbours": sorted(keys[z]["key"] for z in s["shared"]),
+                              "shared": len(s["shared"]), "degree": s["degree"],
+                              "seed_degree": s["seed_degree"]}}
+                for s in scored]
     return sorted(entities, key=lambda e: (-e["score"], e["key"]))
 
 
-def _neighbours(conn, pipeline_id, seed, types, direction, request, details) -> list[dict]:
+def _want(request: SearchRequest) -> int:
+    """How many candidates the page needs (offset + k)."""
+    return _DECLARED["k"].value(request.params) + _DECLARED["offset"].value(request.params)
+
+
+def _neighbours(adj, conn, seed, types, direction, request, details) -> list[dict]:
     hops = request.params.get("hops", 2)
     cap = request.params.get("max_fanout", NEIGHBOUR_FANOUT)
-    params = {"p": pipeline_id, "types": types, "seed": seed["id"], "hops": hops, "cap": cap,
-              "out": direction in ("out", "both"), "in": direction in ("in", "both")}
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_WALK, params).fetchall()
-        expanded = [seed["id"]] + [r["id"] for r in rows if r["depth"] < hops]
-        capped = cur.execute(_CAPPED, {**params, "ids": expanded}).fetchall()
+    rows, capped = walks.neighbours(adj, seed["id"], types, direction, hops=hops, cap=cap)
+    keys = _keys(conn, sorted({v for r in rows for v in r["path"]} | set(capped)))
     details.update(hops=hops, max_fanout=cap, reached=len(rows),
-                   capped=[c["vertex"] for c in capped])
+                   capped=sorted(f"{keys[v]['type']}:{keys[v]['key']}" for v in capped))
     if capped:
         details["cap_note"] = (f"{len(capped)} vertices have more than {cap} edges; the walk followed "
                                f"only their {cap} heaviest (raise params.max_fanout to see more)")
-    keys = _keys(conn, sorted({v for r in rows for v in r["path"]}))
     entities = [{**keys[r["id"]], "score": round(1.0 / r["depth"], 6), "hops": r["depth"],
                  "evidence": {"path": [f"{keys[v]['type']}:{keys[v]['key']}" for v in r["path"]],
                               "edge_types": r["edge_types"]}} for r in rows]

@@ -138,24 +138,46 @@ def _check_duplicates(load: GraphLoad) -> None:
             seen[key] = edge[7]
 
 
-def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad) -> dict[str, int]:
-    """Upsert a validated load inside the caller's transaction."""
+def _version(conn: psycopg.Connection, pipeline_id: int) -> int:
+    """The pipeline's graph version (bumped by triggers on every write: migration 021)."""
+    row = conn.execute("SELECT version FROM pgbraid.graph_versions WHERE pipeline_id = %s",
+                       (pipeline_id,)).fetchone()
+    return row[0] if row else 0
+
+
+def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
+         age: bool = False) -> dict[str, int]:
+    """Upsert a validated load inside the caller's transaction (and into the pipeline's
+    Apache AGE mirror when ``age``, PGBRAID_AGE=1, and the mirror is current)."""
+    before = _version(conn, pipeline_id)
+    counts, vertex_ids, edge_ids = _upsert(conn, pipeline_id, data)
+    after = _version(conn, pipeline_id)
+    if age:
+        from .age import sync_load
+
+        sync_load(conn, pipeline_id, before, after, vertex_ids, edge_ids)
+    return counts
+
+
+def _upsert(conn: psycopg.Connection, pipeline_id: int,
+            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int]]:
     _check_duplicates(data)
     if data.errors:
         raise InvalidRequest(f"{len(data.errors)} bad line(s), nothing loaded: "
                              + "; ".join(data.errors[:3]), errors=data.errors[:MAX_REPORTED])
+    vertex_ids: list[int] = []
     for start in range(0, len(data.vertices), CHUNK):
         types, keys, labels, documents = zip(*data.vertices[start:start + CHUNK])
-        conn.execute(
+        vertex_ids += [r[0] for r in conn.execute(
             "INSERT INTO pgbraid.vertices (pipeline_id, type, key, label, documents)"
             " SELECT %(p)s, t, k, l, string_to_array(d, E'\\x1f') FROM unnest(%(types)b::text[],"
             " %(keys)b::text[], %(labels)b::text[], %(docs)b::text[]) AS x(t, k, l, d)"
             " ON CONFLICT (pipeline_id, type, key) DO UPDATE SET label = EXCLUDED.label,"
-            " documents = EXCLUDED.documents",
+            " documents = EXCLUDED.documents RETURNING id",
             {"p": pipeline_id, "types": list(types), "keys": list(keys), "labels": list(labels),
-             "docs": ["\x1f".join(d) for d in documents]})
+             "docs": ["\x1f".join(d) for d in documents]})]
     if not data.edges:
-        return {"vertices": len(data.vertices), "edges": 0}
+        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, []
     ends = {(e[0], e[1]) for e in data.edges} | {(e[3], e[4]) for e in data.edges}
     types, keys = zip(*ends)
     ids = {(t, k): i for t, k, i in conn.execute(
@@ -167,25 +189,34 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad) -> dict[st
     if missing:
         raise InvalidRequest(f"{len(missing)} edge endpoint(s) are not vertices, nothing loaded: "
                              + "; ".join(missing[:3]), errors=missing[:MAX_REPORTED])
+    edge_ids: list[int] = []
     for start in range(0, len(data.edges), CHUNK):
         edges = data.edges[start:start + CHUNK]
-        conn.execute(
+        edge_ids += [r[0] for r in conn.execute(
             "INSERT INTO pgbraid.edges (pipeline_id, src, type, dst, weight, directed)"
             " SELECT %(p)s, s, t, d, w, dir FROM unnest(%(s)b::bigint[], %(t)b::text[],"
             " %(d)b::bigint[], %(w)b::float8[], %(dir)b::bool[]) AS x(s, t, d, w, dir)"
             " ON CONFLICT (pipeline_id, src, type, dst) DO UPDATE SET weight = EXCLUDED.weight,"
-            " directed = EXCLUDED.directed",
+            " directed = EXCLUDED.directed RETURNING id",
             {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in edges], "t": [e[2] for e in edges],
              "d": [ids[(e[3], e[4])] for e in edges], "w": [e[5] for e in edges],
-             "dir": [e[6] for e in edges]})
-    return {"vertices": len(data.vertices), "edges": len(data.edges)}
+             "dir": [e[6] for e in edges]})]
+    return {"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids
 
 
-def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str) -> None:
+def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str, *,
+                  age: bool = False) -> None:
+    """Delete a vertex and its edges (from the AGE mirror too when ``age`` and it is current)."""
+    before = _version(conn, pipeline_id)
     row = conn.execute("DELETE FROM pgbraid.vertices WHERE pipeline_id = %s AND type = %s AND key = %s"
                        " RETURNING id", (pipeline_id, vtype, key)).fetchone()
     if row is None:
         raise NotFound(f"vertex {vtype}:{key} does not exist")
+    after = _version(conn, pipeline_id)
+    if age:
+        from .age import sync_delete
+
+        sync_delete(conn, pipeline_id, before, after, row[0])
 
 
 def summary(conn: psycopg.Connection, pipeline_id: int) -> dict[str, Any]:
