@@ -1,4 +1,5 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|all|plots] [--quick]`
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|all|plots] [--quick]`,
+`python -m bench million [--build] [--sizes 100k,300k,1m]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
 draws its plots from that file into docs/plots/ (bench/plots.py); `plots` redraws
@@ -12,7 +13,7 @@ import importlib
 import pkgutil
 
 from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
-               load, plots, quarantine, replicas, vector)
+               load, million, plots, quarantine, replicas, vector)
 from .common import ROOT, console
 
 
@@ -35,10 +36,18 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
+    parser.add_argument("--sizes", default="100k,300k,1m",
+                        help="million: the corpus sizes to measure (100k, 300k, 1m)")
+    parser.add_argument("--build", action="store_true",
+                        help="million: build the corpus first (or resume an interrupted build)")
     args = parser.parse_args()
+    if args.suite == "million":  # not in "all": its corpus takes an hour or more to build
+        million.run(sizes=tuple(args.sizes.split(",")), build=args.build)
+        draw(million)
+        return
     if args.suite == "plots":
         draw(*every_module())
         return

@@ -293,7 +293,8 @@ def pruning(client, pipeline: str, copies: tuple[int, ...] = (1, 4, 10, 40)) -> 
                          for name, weight, lists in terms]
                 for label, prune in (("every posting", False), ("MaxScore", True)):
                     ranking = bm25_topk.Ranking([bm25_topk.Term(*t) for t in tiled], size * n,
-                                                np.zeros(0, dtype=np.int64), impacts, prune=prune)
+                                                np.zeros(0, dtype=np.int64), impacts,
+                                                pruning="maxscore" if prune else "none")
                     samples[label].append(timed(lambda: ranking.top(40)))
                 postings.append((ranking.stats.postings, ranking.stats.scored))
             every, maxscore = (percentiles(samples[k]) for k in ("every posting", "MaxScore"))

@@ -66,8 +66,10 @@ def _query_tokens(client, config, query):
             (config, expand_code(query))) for _ in range(n)]
 
 
-@pytest.mark.parametrize(("inline", "pruning"), [(2048, "none"), (0, "none"), (0, "maxscore")],
-                         ids=["inline-lists", "cached-lists", "maxscore"])
+@pytest.mark.parametrize(("inline", "pruning"), [(2048, "none"), (0, "none"), (0, "maxscore"),
+                                                (2048, "blockmax"), (0, "blockmax")],
+                         ids=["inline-lists", "cached-lists", "maxscore", "blockmax-inline",
+                              "blockmax-cached"])
 def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, pruning,
                                                    monkeypatch):
     from pgbraid.strategies import bm25
@@ -95,19 +97,20 @@ def test_scores_and_top10_equal_bm25s_on_cranfield(client, cranfield, inline, pr
             assert expected[position[ordinal_of[hit.fragment_id]]] == pytest.approx(hit.score, abs=1e-4)
 
 
-def test_maxscore_ranks_exactly_like_scoring_every_posting(client, cranfield):
-    """Pruning engages on most Cranfield queries and never changes a rank or a score."""
+def test_pruning_ranks_exactly_like_scoring_every_posting(client, cranfield):
+    """MaxScore engages on most Cranfield queries; neither it nor block-max (nor auto)
+    ever changes a rank, a score or the matched terms."""
     queries = [json.loads(line)["text"] for line in shared("cranfield", "queries.jsonl").open()]
     pruned = 0
     for query in queries:
         results = []
-        for pruning in ("maxscore", "none"):
+        for pruning in ("maxscore", "none", "blockmax", "auto"):
             response = client.search(cranfield, query, type="bm25",
                                      params={"k": 30, "pruning": pruning})
             results.append([(h.fragment_id, h.score, h.matched_terms) for h in response.hits])
             details = response.trace.retrievers[0].details
             pruned += pruning == "maxscore" and not details["exhaustive"]
-        assert results[0] == results[1], query
+        assert results[0] == results[1] == results[2] == results[3], query
     assert pruned > len(queries) // 2
     with pytest.raises(InvalidRequest, match="pruning"):
         client.search(cranfield, "wing", type="bm25", params={"pruning": "wand"})
@@ -122,31 +125,50 @@ def _brute_force(lists, weights, size, dead, impacts):
     return [o for _, o in ranked], scores
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_maxscore_on_synthetic_lists_with_ties_and_dead_fragments(seed):
-    from pgbraid.strategies import bm25_topk
+def _synthetic(seed: int, size: int, terms: int = 12):
     from pgbraid.strategies.bm25_postings import Postings
 
     rng = np.random.default_rng(seed)
-    size, impacts = 5000, (0.9, 0.4, 20.0)
     lists, weights = [], []
-    for df in rng.zipf(1.3, 12).clip(1, size):
+    for df in rng.zipf(1.3, terms).clip(1, size):
         ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
         tfs = rng.integers(1, 3, df).astype("<u2")  # few distinct values: many ties
         lengths = rng.choice([10, 20], df).astype("<u2")
         lists.append(Postings(ordinals, tfs, lengths))
         weights.append(float(np.log(1 + size / df)))
-    dead = rng.choice(size, 50, replace=False)
+    return lists, weights, rng.choice(size, 50, replace=False)
+
+
+@pytest.mark.parametrize(("seed", "size"), [(s, 5000) for s in range(6)]
+                         + [(s, 100_000) for s in range(6, 9)])
+def test_pruning_on_synthetic_lists_with_ties_and_dead_fragments(seed, size):
+    """MaxScore and block-max rank exactly as scoring every posting: same fragments,
+    same order (ties by ordinal), bit-identical scores, dead fragments never."""
+    from pgbraid.strategies import bm25_topk
+
+    impacts = (0.9, 0.4, 20.0)
+    lists, weights, dead = _synthetic(seed, size, terms=12 if size < 10_000 else 30)
     order, scores = _brute_force(lists, weights, size, dead, impacts)
     for width in (1, 10, 40):
-        ranked = []
-        for prune in (True, False):
+        ranked, firsts = [], []
+        for pruning in ("maxscore", "blockmax", "none"):
             terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
-            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts, prune=prune)
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
+            first = ranking.top(width)
+            firsts.append((first.tolist(), ranking.scores[first].tolist()))
+            if pruning == "maxscore":
+                assert ranking.stats.candidates > 0  # phase 2 ran
+            if pruning == "blockmax" and size > 10_000:
+                assert ranking.stats.windows_scored < ranking.stats.windows  # it pruned
+                assert ranking.stats.scored < ranking.stats.postings
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
             ranked.append([o for batch in ranking.batches(width) for o in batch.tolist()])
-            assert (ranking.stats.candidates > 0) == prune  # phase 2 ran, or not
             assert np.allclose(ranking.scores[ranked[-1]], scores[ranked[-1]], rtol=1e-12)
-        assert ranked[0] == ranked[1]  # the same sums in the same term order: identical
+        assert firsts[0] == firsts[1] == firsts[2]  # same fragments, same bits
+        assert firsts[0][0] == order[:width]
+        assert ranked[0] == ranked[1] == ranked[2]
         got = ranked[0]
         assert sorted(got) == sorted(order)  # every positive, live fragment, once
         assert all(np.diff(scores[got]) <= 1e-12)  # best first

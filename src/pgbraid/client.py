@@ -95,7 +95,8 @@ class Client(TenantAdmin, LiveSources):
         cache_bytes = s.postings_cache_mb * 1024 * 1024
         limits = FilterLimits(depth=s.filter_max_depth, conditions=s.filter_max_conditions,
                               value_bytes=s.filter_max_value_bytes, total_bytes=s.filter_max_bytes)
-        context = Context(pgsearch=s.pgsearch, age=s.age, embedder=self.embedder,
+        context = Context(pgsearch=s.pgsearch, textsearch=s.textsearch, age=s.age,
+                          embedder=self.embedder,
                           postings=PostingsCache(cache_bytes) if cache_bytes > 0 else None,
                           languages=QueryLanguages(), filter_limits=limits)
         return Engine(self._db, context=context, max_query_chars=s.max_query_chars,

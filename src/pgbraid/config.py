@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     tenant: str = "default"
     pgsearch: bool = False
     """Opt in to ParadeDB pg_search for bm25 (used only when installed too)."""
+    textsearch: bool = False
+    """Opt in to Tiger Data's pg_textsearch as a bm25 engine (used only when installed too)."""
     age: bool = False
     """Opt in to Apache AGE for graph (used only when installed too)."""
     openai_url: str = ""

@@ -66,6 +66,7 @@ class Engine:
         self.max_query_chars = max_query_chars
         self.max_k = max_k
         self._pgsearch_ready = False
+        self._textsearch_ready = False
 
     # -- requests -------------------------------------------------------------------
 
@@ -86,7 +87,15 @@ class Engine:
             with self.db.admin() as owner:  # searches run read-only: the index comes first
                 ensure_index(owner)
             self._pgsearch_ready = True
-        return dataclasses.replace(self.context, extensions=self.db.extensions)
+        if self.context.textsearch and not self._textsearch_ready:
+            from .strategies.textsearch import ensure_extension
+
+            with self.db.admin() as owner:
+                if ensure_extension(owner):
+                    self.db.extensions = self.db.extensions | {"pg_textsearch"}
+            self._textsearch_ready = True
+        return dataclasses.replace(self.context, extensions=self.db.extensions,
+                                   owner=self.db.admin)
 
     def _prepare(self, principal: Principal, pipeline_name: str, asked: SearchRequest,
                  context: Context) -> Context:

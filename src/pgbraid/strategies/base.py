@@ -55,11 +55,12 @@ class Outcome:
 class Context:
     """What a strategy may know besides the request.
 
-    ``pgsearch`` / ``age`` are the opt-in settings, known without a database;
-    ``extensions`` is filled in once a session is open.
+    ``pgsearch`` / ``textsearch`` / ``age`` are the opt-in settings, known without a
+    database; ``extensions`` is filled in once a session is open.
     """
 
     pgsearch: bool = False
+    textsearch: bool = False
     age: bool = False
     extensions: frozenset[str] = frozenset()
     embedder: Callable[[str], Any] | None = None
@@ -70,6 +71,9 @@ class Context:
     """The client's knowledge of monolingual pipelines (a query_language.QueryLanguages), or None."""
     filter_limits: FilterLimits = FilterLimits()
     """How large a request's filter may be (settings)."""
+    owner: Callable[[], Any] | None = None
+    """A connection as the owner role (a context manager), for the indexes an opted-in
+    engine builds on first use; None until a session is open."""
     age_mirror: dict[str, Any] | None = None
     """What preparing the pipeline's Apache AGE mirror did (graph, rebuilt, why), when a
     graph search asked for engine age."""

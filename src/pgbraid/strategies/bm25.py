@@ -20,9 +20,11 @@ Query path:
 2. take each (segment, term)'s packed arrays (int32 ordinals, uint16 tf and
    length) from the process's cache of immutable segments, fetching the
    misses in binary in one statement (bm25_postings);
-3. rank with numpy (bm25_topk): exact top-k, OR semantics, every posting
-   scored (or, with ``params.pruning: "maxscore"``, MaxScore pruning, which
-   gives the same top k);
+3. rank with numpy (bm25_topk): exact top-k, OR semantics, by block-max over
+   windows of ordinals (bm25_blockmax: only windows whose bound reaches the
+   k-th best score are scored) once a query holds 250k postings, scoring
+   every posting below; ``params.pruning`` "blockmax", "maxscore" or "none"
+   forces one (all give the same top k and the same scores);
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 
@@ -55,8 +57,11 @@ from .bm25_topk import Ranking, Term
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
-ENGINES = ("auto", "pgbraid", "pg_search")
-PRUNING = ("none", "maxscore")
+ENGINES = ("auto", "pgbraid", "pg_search", "pg_textsearch")
+PRUNING = ("auto", "blockmax", "maxscore", "none")
+# Opt-in engines: the Context flag and the variable that sets it.
+GATES = {"pg_search": ("pgsearch", "PGBRAID_PGSEARCH"),
+         "pg_textsearch": ("textsearch", "PGBRAID_TEXTSEARCH")}
 
 # The statistics of the partitions in scope ({partitions}: Scope.partitions; dead
 # ordinals on the first row only), then one row per (query term, segment of those
@@ -133,7 +138,7 @@ def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: S
 
 def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs: dict[str, int],
           stats: tuple[int, int, int, list[int]], context: Context, *, k1: float, b: float,
-          prune: bool) -> tuple[Ranking, dict[str, tuple[int, int]], int]:
+          pruning: str) -> tuple[Ranking, dict[str, tuple[int, int]], int]:
     """The query's posting lists, loaded, and the Ranking over them; each term's
     (qtf, df); how many postings PostgreSQL sent."""
     n, total, size, dead = stats
@@ -149,7 +154,7 @@ def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs:
     terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
     ranking = Ranking([Term(t, q * idf(df, n) if df else 0.0, by_term[t])
                        for t, (q, df) in terms.items()],
-                      size, dead_ordinals, (k1, b, total / n if n else 1.0), prune=prune)
+                      size, dead_ordinals, (k1, b, total / n if n else 1.0), pruning=pruning)
     return ranking, terms, fetched
 
 
@@ -180,18 +185,21 @@ class BM25(Strategy):
     params = (*PAGING, HIGHLIGHT,
               Param("k1", "number", DEFAULT_K1, "term-frequency saturation", low=0.0, high=10.0),
               Param("b", "number", DEFAULT_B, "length normalisation", low=0.0, high=1.0),
-              Param("engine", "choice", "auto", "pgbraid's postings, or ParadeDB pg_search when "
-                    "opted in and installed (auto: pg_search then)", choices=ENGINES),
-              Param("pruning", "choice", "none", "score every posting, or MaxScore (the same "
-                    "top k)", choices=PRUNING))
+              Param("engine", "choice", "auto", "pgbraid's postings, ParadeDB pg_search or Tiger "
+                    "Data's pg_textsearch when opted in and installed (auto: pg_search then)",
+                    choices=ENGINES),
+              Param("pruning", "choice", "auto", "block-max over ordinal windows, MaxScore, or "
+                    "score every posting (all give the same top k; auto: block-max from 250k "
+                    "postings)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         engine = self.param(request, "engine")
-        if engine == "pg_search" and request.as_of is not None:
-            raise InvalidRequest("pg_search indexes current fragments only: as_of needs "
+        if engine in GATES and request.as_of is not None:
+            raise InvalidRequest(f"{engine} indexes current fragments only: as_of needs "
                                  "engine pgbraid or auto", field="engine")
-        if engine == "pg_search" and not context.pgsearch:
-            raise NotEnabled("pg_search is not opted in: set PGBRAID_PGSEARCH=1", strategy=self.name)
+        if engine in GATES and not getattr(context, GATES[engine][0]):
+            raise NotEnabled(f"{engine} is not opted in: set {GATES[engine][1]}=1",
+                             strategy=self.name)
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
@@ -200,15 +208,19 @@ class BM25(Strategy):
 
             return run_as_of(conn, pipeline, request, scope, k, context)
         engine = request.params.get("engine", "auto")
-        installed = "pg_search" in context.extensions
-        if engine == "pg_search" and not installed:
-            raise NotEnabled("the pg_search extension is not installed on this server",
+        if engine in GATES and engine not in context.extensions:
+            raise NotEnabled(f"the {engine} extension is not installed on this server",
                              strategy=self.name)
-        sealed = encryption.encrypted(pipeline)  # pg_search would index sealed text
-        if engine == "pg_search" and sealed:
-            raise NotEnabled("pg_search indexes the stored text, which this encrypted pipeline "
+        sealed = encryption.encrypted(pipeline)  # pg_search/pg_textsearch would index sealed text
+        if engine in GATES and sealed:
+            raise NotEnabled(f"{engine} indexes the stored text, which this encrypted pipeline "
                              "seals: use engine pgbraid or auto", strategy=self.name)
-        if engine != "pgbraid" and context.pgsearch and installed and not sealed:
+        if engine == "pg_textsearch":
+            from .textsearch import run_pg_textsearch
+
+            return run_pg_textsearch(conn, pipeline, request, scope, k, context)
+        if (engine in ("auto", "pg_search") and context.pgsearch
+                and "pg_search" in context.extensions and not sealed):
             from .pgsearch import run_pg_search
 
             return run_pg_search(conn, pipeline, request, scope, k)
@@ -229,7 +241,7 @@ class BM25(Strategy):
             return Outcome([], details)
         ranking, terms, fetched = _rank(conn, pipeline, rows, qtfs, (n, total, size, dead),
                                         context, k1=k1, b=b,
-                                        prune=request.params.get("pruning") == "maxscore")
+                                        pruning=self.param(request, "pruning"))
         details["terms"] = [{"term": t, "qtf": q, "df": df,
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
@@ -240,7 +252,8 @@ class BM25(Strategy):
         pruning = ranking.stats
         details.update(postings=pruning.postings, postings_scored=pruning.scored,
                        postings_fetched=fetched, candidates=pruning.candidates,
-                       exhaustive=pruning.exhaustive, candidates_checked=checked,
+                       exhaustive=pruning.exhaustive, windows=pruning.windows,
+                       windows_scored=pruning.windows_scored, candidates_checked=checked,
                        verify_rounds=rounds, rows=len(hits))
         if not hits:  # df counts current fragments of the partitions in scope only
             details["explanation"] = ("no query term occurs in any fragment in scope"
@@ -258,7 +271,9 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope,
     statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
     found: list[tuple[Row, int]] = []
     checked = rounds = 0
-    for batch in ranking.batches(max(4 * k, 32)):
+    # Block-max prunes by the width-th best score: ask for k first (most searches keep
+    # all of them); the other rankings cost the same for any width up to a few dozen.
+    for batch in ranking.batches(k if ranking.blockmax else max(4 * k, 32)):
         rounds += 1
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(statement, {**params, "candidates": batch.tolist(), "k": k - len(found)})

@@ -91,7 +91,7 @@ def run_as_of(conn: psycopg.Connection, pipeline: Pipeline, request: SearchReque
         bm25.idf(_df(t), n), 6) if _df(t) else 0.0} for t, (_, qtf, *_) in zip(terms, rows)]
     ranking = Ranking(terms, size, np.zeros(0, dtype=np.int64),
                       (k1, b, total / n if n else 1.0),
-                      prune=strategy.param(request, "pruning") == "maxscore")
+                      pruning=strategy.param(request, "pruning"))
     hits, checked, rounds = bm25._verify(conn, ranking, scope, k)
     matched = ranking.matched([ordinal for _, ordinal in hits])
     found = [dataclasses.replace(row, matched_terms=names)

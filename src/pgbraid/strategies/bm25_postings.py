@@ -24,6 +24,8 @@ from typing import Hashable
 import numpy as np
 import psycopg
 
+from . import bm25_blockmax
+
 Key = tuple[int, datetime, int, str]  # pipeline id, pipeline created_at, segment, term
 
 _ARRAYS = """
@@ -42,6 +44,8 @@ class Postings:
     tfs: np.ndarray
     lengths: np.ndarray
     _impacts: tuple[Hashable, np.ndarray, float] | None = field(default=None, repr=False)
+    _windows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _peaks: tuple[Hashable, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def from_bytes(cls, ordinals: bytes, tfs: bytes, lengths: bytes) -> "Postings":
@@ -57,7 +61,8 @@ class Postings:
 
     @property
     def nbytes(self) -> int:
-        return 12 * len(self.ordinals) + 200  # arrays, impacts, overhead
+        # arrays and impacts, windows (at most one each per posting), overhead
+        return 24 * len(self.ordinals) + 200
 
     def impacts(self, k1: float, b: float, avgdl: float) -> np.ndarray:
         """tf / (tf + k1 * (1 - b + b * dl / avgdl)) per posting, float32, memoised."""
@@ -66,6 +71,26 @@ class Postings:
     def max_impact(self, k1: float, b: float, avgdl: float) -> float:
         """The largest impact (the list's share of a score bound)."""
         return self._memo(k1, b, avgdl)[2]
+
+    def blocks(self, k1: float, b: float, avgdl: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ordinal windows the list has postings in (bm25_blockmax.WINDOW ordinals
+        each, ascending), where each starts in the list (and where the last ends),
+        and the largest impact in each; memoised."""
+        if self._windows is None:
+            windows = self.ordinals >> bm25_blockmax.SHIFT
+            starts = np.flatnonzero(np.diff(windows, prepend=-1)) if len(windows) else \
+                np.zeros(0, dtype=np.intp)
+            self._windows = (windows[starts].astype(np.int32),
+                             np.append(starts, len(windows)).astype(np.int32))
+        present, starts = self._windows
+        key = (k1, b, avgdl)
+        peaks = self._peaks
+        if peaks is None or peaks[0] != key:
+            impacts = self.impacts(k1, b, avgdl)
+            peaks = (key, np.maximum.reduceat(impacts, starts[:-1]) if len(impacts)
+                     else np.zeros(0, dtype=np.float32))
+            self._peaks = peaks
+        return present, starts, peaks[1]
 
     def _memo(self, k1: float, b: float, avgdl: float) -> tuple[Hashable, np.ndarray, float]:
         key = (k1, b, avgdl)

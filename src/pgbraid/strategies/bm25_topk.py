@@ -1,4 +1,8 @@
-"""Exact BM25 top-k over in-memory posting lists: every posting, or MaxScore.
+"""Exact BM25 top-k over in-memory posting lists: every posting, MaxScore, or block-max.
+
+Block-max (bm25_blockmax) is the one that scales: see there. The default,
+``auto``, uses it from bm25_blockmax.FROM_POSTINGS postings on and scores
+every posting below (all paths give the same fragments and score bits).
 
 By default a query scores every posting with one ``np.bincount``, at ~5-10 ns
 a posting. On the 100k bench corpus's own lists tiled 1-40x (60k to 2.3M
@@ -40,6 +44,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import bm25_blockmax
 from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
@@ -66,15 +71,21 @@ class Pruning:
     """Fragments left for phase 2."""
     exhaustive: bool = False
     """Every posting was scored (no pruning possible, or the scope needed more)."""
+    windows: int = 0
+    """Block-max: ordinal windows holding a posting of the query."""
+    windows_scored: int = 0
+    """Block-max: windows whose bound reached theta (scored in full)."""
 
 
 class Ranking:
     """The query's terms in bound order, and the scores computed from them."""
 
     def __init__(self, terms: list[Term], size: int, dead: np.ndarray,
-                 impacts: tuple[float, float, float], *, prune: bool = False) -> None:
+                 impacts: tuple[float, float, float], *, pruning: str = "none") -> None:
         self.impacts = impacts  # (k1, b, avgdl)
-        self.prune = prune
+        # "none", "maxscore", "blockmax" (bm25_blockmax) or "auto": block-max from
+        # bm25_blockmax.FROM_POSTINGS postings, else every posting
+        self.pruning = pruning
         for term in terms:
             peak = max((float(p.max_impact(*impacts)) for p in term.lists), default=0.0)
             term.bound = term.weight * peak * _MARGIN
@@ -89,6 +100,11 @@ class Ranking:
         self.scores = np.zeros(0)
         self._postings: tuple[np.ndarray, np.ndarray, list[str]] | None = None
 
+    @property
+    def blockmax(self) -> bool:
+        return self.pruning == "blockmax" or (
+            self.pruning == "auto" and self.stats.postings >= bm25_blockmax.FROM_POSTINGS)
+
     def _weights(self, term: Term, postings: Postings) -> np.ndarray:
         return term.weight * postings.impacts(*self.impacts)
 
@@ -100,7 +116,9 @@ class Ranking:
 
     def top(self, width: int) -> np.ndarray:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
-        if not self.prune:
+        if self.blockmax:
+            return bm25_blockmax.top(self, width)
+        if self.pruning != "maxscore":
             return _best(self.exhaustive(), self._contenders(width), width)
         self.scores = scores = self._fresh()
         theta, best, pool, due = 0.0, np.zeros(0, dtype=np.int64), [], 4 * width
@@ -183,19 +201,30 @@ class Ranking:
         return np.flatnonzero(scores > 0)
 
     def batches(self, width: int) -> Iterator[np.ndarray]:
-        """Ordinals with a positive score, best first, in batches growing eightfold."""
+        """Ordinals with a positive score, best first, in batches growing eightfold
+        (block-max ranks the second batch too: the top 8 * width, less the first)."""
         first = self.top(width)
         if not len(first):
             return
         yield first
+        if self.blockmax:
+            wider = self.top(8 * width)
+            wider = wider[~np.isin(wider, first, assume_unique=True)]
+            if not len(wider):
+                return
+            yield wider
+            first, width = np.concatenate([first, wider]), 8 * width
         scores = self.exhaustive()
         remaining = np.flatnonzero(scores > 0)
         remaining = remaining[~np.isin(remaining, first, assume_unique=True)]
         while len(remaining):
             width *= 8
-            if len(remaining) > width:
-                pick = np.argpartition(-scores[remaining], width - 1)[:width]
-                batch, remaining = remaining[pick], np.delete(remaining, pick)
+            if len(remaining) > width:  # the width best, ties at the cut by lower ordinal
+                values = scores[remaining]
+                cut = np.partition(values, len(values) - width)[len(values) - width]
+                take = values > cut
+                take[np.flatnonzero(values == cut)[:width - int(take.sum())]] = True
+                batch, remaining = remaining[take], remaining[~take]  # stays sorted
             else:
                 batch, remaining = remaining, remaining[:0]
             yield _ordered(scores, batch)
