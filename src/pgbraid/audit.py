@@ -4,7 +4,7 @@ Recording an event, from anywhere that holds a connection or the database::
 
     from pgbraid import audit
     audit.record(conn, principal, "document.quarantine", "pipeline/doc-7", {"reason": "..."})
-    audit.record(db, principal, "access.denied", "docs", {"operation": "search"})
+    audit.record(db, principal, "pipeline.delete", "docs")
 
 ``record(where, principal, action, target=None, detail=None)``:
 
@@ -28,10 +28,13 @@ minute (``count``, ``detail.operations``) at the first request after that minute
 or when the process reads the log or closes; so there is about one row per key,
 minute and worker process (a flush by a read may split a minute in two), and a
 process killed with -9 loses its last minute's counts.
-Refused requests that name no known key are counted the same way under the
-tenant ``(no tenant)`` (``pgbraid audit --unauthenticated``), so a flood of bad keys is
-not a flood of rows. Every write and every refusal of a known principal is a
-row of its own.
+Refusals are counted the same way, so a flood of refused requests is not a flood
+of rows: those that name no known key under the tenant ``(no tenant)`` (``pgbraid
+audit --unauthenticated``), a known key's that is revoked or expired (``key.refused``,
+``detail.reasons``) and a known principal's 403s (``access.denied``, no target,
+``detail.denials``: "operation: why" -> count) in the key's tenant; a row holds at most
+``MAX_KINDS`` kinds, the rest counted under ``(other)``. Every write is a row of its
+own.
 
 The table takes INSERT and SELECT only: see migration 020 for how UPDATE,
 DELETE and TRUNCATE are refused, even to the table's owner.
@@ -62,8 +65,10 @@ ACTIONS: dict[str, str] = {
     "key.create": "an API key was created (target: its id)",
     "key.revoke": "an API key was revoked (target: its id)",
     "key.use": "requests made with a key, counted per minute (count; detail.operations)",
-    "key.refused": "a request with no valid key: unknown, revoked or expired (401)",
-    "access.denied": "a principal lacked a permission or classification (403)",
+    "key.refused": "requests with no valid key: unknown, revoked or expired (401), "
+                   "counted per minute (count; detail.reasons)",
+    "access.denied": "requests a principal lacked a permission or classification for (403), "
+                     "counted per minute (count; detail.denials)",
     "pipeline.create": "a pipeline was created",
     "pipeline.delete": "a pipeline and everything in it was deleted",
     "pipeline.live": "a pipeline's live source was declared, changed or removed (detail: hosts)",
@@ -79,13 +84,17 @@ ACTIONS: dict[str, str] = {
     "encryption.rotate": "a pipeline's encryption key was rotated",
     "encryption.refused": "a ciphertext failed to decrypt (tampered or wrong key)",
 }
-COUNTED = {"key.use": "operations", "key.refused": "reasons"}
+COUNTED = {"key.use": "operations", "key.refused": "reasons", "access.denied": "denials"}
 """The actions ``Usage`` counts, and the detail key that holds the counts by kind."""
 ANONYMOUS_TENANT = "(no tenant)"
 """Where refusals that name no known key are counted: no tenant can have this name (see
 models.validate_name), and it is not the empty string a session leaves behind, so
 neither a tenant nor a connection without one reads these rows."""
 MAX_LIMIT = 10_000
+MAX_KINDS = 50
+"""Kinds (operations, reasons, denials) one counted row holds; the rest are ``(other)``."""
+OTHER = "(other)"
+MAX_KIND_CHARS = 200
 
 Where = Union[psycopg.Connection, Database]
 
@@ -134,18 +143,12 @@ def record_quietly(db: Database, principal: Principal | str, action: str,
         logger.exception("could not record %s in the audit log", action)
 
 
-def denied(db: Database, principal: Principal, exc: Exception, operation: str,
-           pipeline: str | None = None) -> None:
-    """A refusal (Forbidden) of a known principal, committed on its own; never raises.
-    The target is the pipeline the operation named, or the one the refusal names."""
-    details = getattr(exc, "details", {}) or {}
-    named = details.get("pipeline")
-    target = pipeline or (named if isinstance(named, str) else None)
-    detail = {"operation": operation, "message": getattr(exc, "message", str(exc))}
-    for key in ("missing", "classification", "action"):
-        if key in details:
-            detail[key] = details[key]
-    record_quietly(db, principal, "access.denied", target, detail)
+def denied(usage: "Usage", principal: Principal, exc: Exception, operation: str) -> None:
+    """Count a refusal (Forbidden) of a known principal: ``operation: message`` (the
+    message names the pipeline, the permission or classification missing). No target:
+    pipeline names are the caller's to choose, and each target would be a row a minute."""
+    usage.add(principal.tenant, principal, "access.denied",
+              f"{operation}: {getattr(exc, 'message', str(exc))}")
 
 
 def listing(conn: psycopg.Connection, *, since: Any = None, action: str | None = None,
@@ -202,8 +205,10 @@ class Usage:
             raise ValueError(f"audit action {action!r} is not counted: see audit.COUNTED")
         now = _minute(datetime.now(timezone.utc))
         key = (tenant, principal_label(principal), action, target, now)
+        kind = kind[:MAX_KIND_CHARS]
         with self._lock:
-            self._counts.setdefault(key, Counter())[kind] += 1
+            counts = self._counts.setdefault(key, Counter())
+            counts[kind if kind in counts or len(counts) < MAX_KINDS else OTHER] += 1
             due = [k for k in self._counts if k[4] < now]
         if due:
             self._write(due)
@@ -229,7 +234,7 @@ def _minute(moment: datetime) -> datetime:
 
 
 def audits_denials(cls: type) -> type:
-    """Class decorator: each public method of ``cls`` (which has ``_db`` and ``principal``)
+    """Class decorator: each public method of ``cls`` (with ``_db``, ``_usage``, ``principal``)
     records a Forbidden (access.denied) or an IntegrityFailure (encryption.refused) it
     raises, once, however deeply its methods call each other."""
     wrapped: set[str] = set()
@@ -257,7 +262,7 @@ def _recording_denials(method: Callable) -> Callable:
                     named = None
                 named = named if isinstance(named, str) else None
                 if isinstance(exc, Forbidden):
-                    denied(self._db, self.principal, exc, method.__name__, named)
+                    denied(self._usage, self.principal, exc, method.__name__)
                 else:  # a tampered ciphertext: refused, and the tenant's admin should know
                     record_quietly(self._db, self.principal, "encryption.refused", named,
                                    {"operation": method.__name__, "message": exc.message})

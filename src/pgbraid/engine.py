@@ -118,9 +118,11 @@ class Engine:
                   body: dict[str, Any] | SearchRequest) -> tuple[SearchResponse, Pipeline | None]:
         """The search and the pipeline it ran in (None for a plan that touches no
         database): live fetch reads the pipeline's settings from the same snapshot."""
+        # The permission first: a key that may not search never gets the planner to
+        # run its query (the identifier patterns are linear, yet cost time).
+        principal.require(pipeline_name, "read", "execute")
         asked = self.parse(body)
         page = paging.open_page(asked, self.max_k)
-        principal.require(pipeline_name, "read", "execute")
         started = time.perf_counter()
         plan = planner.for_request(asked)
         if not any(strategies.get(leg.strategy).touches_database for leg in plan.legs):

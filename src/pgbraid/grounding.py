@@ -92,11 +92,16 @@ def candidates(conn: psycopg.Connection, source: Source, strategy: str, value: s
         return cur.execute(statement, params).fetchall()
 
 
+MAX_VALUE_CHARS = 1000
+"""The longest value grounded or searched in an entity source (SourceSearch.query too)."""
+
+
 def ground(source_loader: Callable[[], tuple[Source, Callable]], entity: str, value: str, *,
            scope: dict[str, Any] | None = None, strategies: list[str] | None = None,
            gates: Gates = Gates()) -> dict[str, Any]:
     """``source_loader`` returns the source and a factory of read sessions over it."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > 1000:
+    if (not isinstance(value, str) or not value.strip() or "\x00" in value
+            or len(value) > MAX_VALUE_CHARS):
         raise InvalidRequest("the value to ground must be 1 to 1000 characters of text", field="value")
     chosen = validate_cascade(strategies)
     scope = scope or {}
@@ -135,7 +140,8 @@ def _attempt(conn: psycopg.Connection, source: Source, name: str, value: str,
             found = candidates(conn, source, name, value, scope)
     except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedObject) as exc:
         tried.append({"strategy": name, "status": "failed", "ms": _ms(began),
-                      "reason": f"extension missing: {str(exc).splitlines()[0]}"})
+                      "reason": "extension missing: PostgreSQL lacks a function or operator "
+                                f"this strategy needs (SQLSTATE {exc.sqlstate})"})
         return []
     except psycopg.errors.QueryCanceled:
         tried.append({"strategy": name, "status": "failed", "ms": _ms(began),

@@ -15,15 +15,27 @@ from .scope import CLOSE_CLASSIFICATIONS, Principal
 class TenantAdmin:
     def authenticate(self, token: str | None) -> Principal:
         """The principal an API key stands for (Unauthorized when none, revoked or expired:
-        audited in the key's tenant, or counted under no tenant when no key is known)."""
+        counted per minute in the key's tenant, or under no tenant when no key is known)."""
         return apikeys.authenticate(lambda: self._db.session(""), token, self._refused)
 
     def _refused(self, row: dict[str, Any] | None, why: str) -> None:
         if row is None:
             self._usage.add(audit.ANONYMOUS_TENANT, "anonymous", "key.refused", why)
         else:
-            audit.record_quietly(self._db, f"key:{row['id']}", "key.refused", row["id"],
-                                 {"reason": why}, tenant=row["tenant_id"])
+            # Counted per key and minute: a flood of a revoked key is not a flood of rows.
+            self._usage.add(row["tenant_id"], f"key:{row['id']}", "key.refused", why,
+                            target=row["id"])
+
+    def require(self, pipeline: str, *permissions: str, operation: str) -> None:
+        """Refuse (Forbidden, counted in the audit log as ``operation``) unless this client's
+        principal holds ``permissions`` on ``pipeline``: a check before a request's input
+        is read (HTTP ingestion checks write before it parses the body)."""
+        try:
+            self.principal.require(pipeline, *permissions)
+        except Forbidden as exc:
+            exc.audited = True  # type: ignore[attr-defined]  (here, as the operation named)
+            audit.denied(self._usage, self.principal, exc, operation)
+            raise
 
     def note_use(self, operation: str) -> None:
         """Count one request of this client's key (audit.Usage: a row per key per minute)."""

@@ -117,6 +117,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def _log_to_stderr() -> None:
+    errors = logging.StreamHandler(sys.stderr)
+    errors.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for name in ("pgbraid", "psycopg"):  # errors, where a connection failed (db/database.py)
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.StreamHandler) for h in logger.handlers):
+            logger.addHandler(errors)
     if not access_logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))

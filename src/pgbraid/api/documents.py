@@ -7,6 +7,10 @@ the API cannot read (not JSON, a line that is not an object, an unknown field,
 a wrong type) is refused whole, naming the record and the field, before
 anything is written; a record it can read but cannot store (NUL in its text, a
 vector of the wrong size) fails alone in the report, as in every ingestion.
+
+The write permission is checked before the body is parsed, the body is parsed in the
+threadpool (never on the event loop: a large body does not stall other requests), and
+a request holds at most ``MAX_RECORDS`` documents (413 beyond: send more requests).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from ..client import Client
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, PayloadTooLarge
 from .auth import caller
 from .errors import documented
 from .schemas import (DocumentExpired, DocumentIn, DocumentOut, DocumentPage, FragmentOut,
@@ -37,6 +41,8 @@ INGEST_BODY = {"requestBody": {"required": True, "content": {
     "application/x-ndjson": {"schema": {
         "type": "string", "description": "One DocumentIn JSON object a line."}},
 }}}
+MAX_RECORDS = 10_000
+"""Documents per ingestion request (413 beyond)."""
 Classification = Query(None, description=(
     "Classifications held, comma-separated (narrows the key's)."))
 
@@ -45,11 +51,13 @@ def parse_records(raw: bytes, content_type: str | None) -> list[dict[str, Any]]:
     """The documents of an ingestion body, each checked against DocumentIn."""
     media = (content_type or "").split(";")[0].strip().lower()
     if media in NDJSON:
-        items = [(f"line {n}", _json(line, f"line {n}"))
-                 for n, line in enumerate(raw.splitlines(), start=1) if line.strip()]
+        lines = [(n, line) for n, line in enumerate(raw.splitlines(), start=1) if line.strip()]
+        _check_count(len(lines))  # before any line is parsed
+        items = [(f"line {n}", _json(line, f"line {n}")) for n, line in lines]
     elif media == "application/json" or media.endswith("+json"):
         data = _json(raw, "the body")
         listed = data if isinstance(data, list) else [data]
+        _check_count(len(listed))
         items = [(f"record {n}", item) for n, item in enumerate(listed, start=1)]
     else:
         raise InvalidRequest("send documents as application/json (an object or an array) or "
@@ -57,6 +65,13 @@ def parse_records(raw: bytes, content_type: str | None) -> list[dict[str, Any]]:
     if not items:
         raise InvalidRequest("the body holds no documents")
     return [_record(where, item) for where, item in items]
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_RECORDS:
+        raise PayloadTooLarge(f"the body holds {count} documents; a request takes at most "
+                              f"{MAX_RECORDS} (send the rest in further requests)",
+                              field="body", limit=MAX_RECORDS)
 
 
 def _json(raw: bytes, where: str) -> Any:
@@ -88,10 +103,20 @@ def _record(where: str, item: Any) -> dict[str, Any]:
              responses=documented(413), openapi_extra=INGEST_BODY)
 async def ingest(pipeline: str, request: Request, client: Client = Depends(caller)) -> dict:
     """Ingest documents (write): new content becomes a new version, unchanged content
-    writes nothing; each batch of 64 commits or rolls back whole."""
-    records = parse_records(await request.body(), request.headers.get("content-type"))
-    report = await run_in_threadpool(client.ingest, pipeline, records)
+    writes nothing; each batch of 64 commits or rolls back whole. At most 10,000
+    documents a request (413)."""
+    await run_in_threadpool(client.require, pipeline, "write", operation="ingest")
+    raw = await request.body()
+    report = await run_in_threadpool(_parse_and_ingest, client, pipeline, raw,
+                                     request.headers.get("content-type"))
     return report.as_dict()
+
+
+def _parse_and_ingest(client: Client, pipeline: str, raw: bytes,
+                      content_type: str | None) -> Any:
+    """In the threadpool: parsing a large body takes seconds, which the event loop
+    (every other request of the worker) must not wait for."""
+    return client.ingest(pipeline, parse_records(raw, content_type))
 
 
 @router.get("/pipelines/{pipeline}/documents", response_model=DocumentPage,

@@ -12,6 +12,9 @@ through ``note()``.
 application sees a byte (the rest is drained, up to a bound, so the client can
 read the answer). A path or query string that is not valid UTF-8 once
 percent-decoded (lone surrogates), or that holds NUL, is 400: ids are text.
+With authentication on, a request that comes with a body has its key checked
+before the body is read (``PRINCIPAL``): no, an unknown, a revoked or an expired
+key is 401 and its body is drained, never held.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import uuid
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest, PayloadTooLarge, PgbraidError, Unauthorized
 from ..models import printable
 from .errors import respond
 
@@ -34,6 +38,8 @@ access_logger = logging.getLogger("pgbraid.access")
 NOTES = "pgbraid.access"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DRAIN_LIMIT = 64 << 20
+PRINCIPAL = "pgbraid.principal"
+"""Where RequestShape leaves the principal it authenticated before reading a body."""
 
 
 def note(scope: Scope, **values: Any) -> None:
@@ -89,8 +95,9 @@ class RequestShape:
             return
         try:
             _check_text(scope)
+            await self._authenticate(scope, receive)
             body = await self._read(scope, receive)
-        except (InvalidRequest, PayloadTooLarge) as exc:
+        except PgbraidError as exc:  # a bad path or size, no valid key, PostgreSQL down
             await respond(exc)(scope, receive, send)
             return
         replayed = False
@@ -103,6 +110,24 @@ class RequestShape:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _authenticate(self, scope: Scope, receive: Receive) -> None:
+        """The key of a request with a body, before the body is read (auth on only)."""
+        declared = _header(scope, b"content-length")
+        if not ((declared is not None and declared.strip() not in ("", "0"))
+                or _header(scope, b"transfer-encoding") is not None):
+            return
+        api = getattr(getattr(scope.get("app"), "state", None), "api", None)
+        if api is None or api.no_auth:
+            return
+        authorization = _header(scope, b"authorization") or ""
+        scheme, _, token = authorization.partition(" ")
+        try:
+            scope[PRINCIPAL] = await run_in_threadpool(
+                api.client.authenticate, token.strip() if scheme.lower() == "bearer" else None)
+        except Unauthorized:
+            await _drain(receive, self.limit)
+            raise
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         declared = _header(scope, b"content-length")

@@ -5,11 +5,17 @@
 here, so nothing imports back up).
 """
 
+import logging
+
 from . import commands, documents, entities, extensions, keys  # noqa: F401  (register the commands)
 from .base import app, handled
 
 
 def main() -> None:
+    # psycopg's pool logs each failed connection attempt with the host and port: the
+    # command's message says PostgreSQL is unreachable, without where (``serve``
+    # sends these lines to the server's log).
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
     app()
 
 

@@ -335,14 +335,22 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
 @app.command("embeddings-serve")
 def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-multilingual"),
                      host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve a bundled embedder as an OpenAI-compatible /v1/embeddings endpoint."""
+    """Serve a bundled embedder as an OpenAI-compatible /v1/embeddings endpoint
+    (PGBRAID_EMBEDDINGS_KEY: the bearer key every request needs; required off loopback)."""
+    import os
+
     from .. import embedders
+    from ..api.auth import is_loopback
     from ..embedders.server import make_server
 
     with handled(False):
         if embedder not in ("minilm", "e5-multilingual"):
             raise InvalidRequest("--embedder must be minilm or e5-multilingual")
-        server = make_server(embedders.get(embedder), host, port)
+        key = os.environ.get("PGBRAID_EMBEDDINGS_KEY") or None
+        if key is None and not is_loopback(host):
+            raise InvalidRequest(f"--host {host} is not loopback: set PGBRAID_EMBEDDINGS_KEY "
+                                 "(the bearer key clients send) to serve there", field="host")
+        server = make_server(embedders.get(embedder), host, port, key=key)
         console.print(f"serving {embedder} on http://{host}:{server.server_port}/v1/embeddings")
         try:
             server.serve_forever()

@@ -9,6 +9,7 @@ which it always takes, whatever the login role.
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -20,6 +21,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from .migrations import migrate
 
+logger = logging.getLogger("pgbraid.db")
+logger.addHandler(logging.NullHandler())
+"""Where a connection failure's DSN goes: the server's log (``serve`` gives the
+``pgbraid`` logger a stderr handler); the CLI and Python print nothing of it unless
+the application configures logging."""
 APP_ROLE = "pgbraid_app"
 LEG_WAIT_S = 0.2
 """How long a leg waits for a pooled connection of its own before it runs, in turn,
@@ -66,8 +72,12 @@ class Database:
             pool.open(wait=True, timeout=self.timeout)
         except PoolTimeout as exc:
             pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL ({_safe_dsn(self.dsn)}) "
-                                     f"within {self.timeout:g} s") from exc
+            # Where it tried goes to the server's log only: a client (HTTP, /readyz
+            # without a key, CLI, Python) never learns the user, database, host or options.
+            logger.error("cannot connect to PostgreSQL (%s) within %g s",
+                         logged_dsn(self.dsn), self.timeout)
+            raise BackendUnavailable(f"cannot connect to PostgreSQL within {self.timeout:g} s "
+                                     "(where it tried is logged, not shown)") from None
         try:
             with translate_errors(), pool.connection() as conn:
                 self._inspect(conn)
@@ -80,8 +90,10 @@ class Database:
         from .cluster import active_workers
 
         if active_workers(conn) == 0:
+            logger.error("PostgreSQL at %s is a Citus coordinator without active workers",
+                         logged_dsn(self.dsn))
             raise BackendUnavailable(
-                f"{_safe_dsn(self.dsn)} is a Citus coordinator without active workers: add "
+                "the server is a Citus coordinator without active workers: add "
                 "them (citus_add_node, or pgbraid cluster start --workers 2)")
         if not self.standby:
             migrate(conn)
@@ -240,9 +252,14 @@ def _conninfo(dsn: str) -> dict:
         return {}
 
 
-def _safe_dsn(dsn: str) -> str:
+SECRET_DSN_PARTS = ("password", "sslpassword")
+
+
+def logged_dsn(dsn: str) -> str:
+    """The DSN for the server's log: every part but the secrets (never for a client)."""
     info = _conninfo(dsn)
     if not info:
         return "invalid DSN"
-    info.pop("password", None)
+    for part in SECRET_DSN_PARTS:
+        info.pop(part, None)
     return " ".join(f"{k}={v}" for k, v in info.items())

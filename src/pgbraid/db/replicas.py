@@ -41,7 +41,7 @@ import psycopg
 
 from ..errors import BackendUnavailable, InvalidRequest
 from ..models import LSN
-from .database import Database, _safe_dsn
+from .database import Database, logged_dsn
 
 logger = logging.getLogger("pgbraid")
 
@@ -129,8 +129,8 @@ class Router:
             if self._thread is not None:
                 return
             self.sample()
-            refused = [f"{r.name} ({_safe_dsn(r.db.dsn)}) {r.refused}"
-                       for r in self.replicas if r.refused]
+            # By name: a client never sees a DSN (the server's log has it, below).
+            refused = [f"{r.name} {r.refused}" for r in self.replicas if r.refused]
             if refused:
                 raise InvalidRequest("PGBRAID_READ_DSN refused: " + "; ".join(refused),
                                      setting="PGBRAID_READ_DSN")
@@ -180,7 +180,7 @@ class Router:
         if replica.refused:
             replica.usable = False
             logger.error("pgbraid: read DSN %s (%s) refused: %s", replica.name,
-                         _safe_dsn(replica.db.dsn), replica.refused)
+                         logged_dsn(replica.db.dsn), replica.refused)
             return
         replica.replay = parse_lsn(replay, "replay lsn") if replay else 0
         replica.lag_s = round(float(lag_s), 3) if lag_s is not None else None

@@ -5,10 +5,16 @@
 "model": ..., "usage": {...}}``; ``GET /v1/models`` lists the one model. It lets
 any OpenAI-compatible client (and pgbraid's ``openai`` embedder) use the
 bundled model over HTTP, on loopback by default.
+
+With ``key`` every request must carry ``Authorization: Bearer <key>`` (401
+otherwise; pgbraid's ``openai`` embedder sends ``PGBRAID_OPENAI_KEY``); without
+one the server binds loopback only. A body over ``MAX_BODY_BYTES`` is 413 before
+it is read.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,10 +22,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from . import Embedder
 
 MAX_INPUTS = 2048
+MAX_BODY_BYTES = 8 << 20
 
 
-def make_server(embedder: Embedder, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
+def make_server(embedder: Embedder, host: str = "127.0.0.1", port: int = 8000, *,
+                key: str | None = None) -> ThreadingHTTPServer:
+    """``key``: the bearer token every request must carry; without one, loopback only."""
+    from ..api.auth import is_loopback  # the one loopback rule (serve --no-auth's too)
+
+    if not key and not is_loopback(host):
+        raise ValueError(f"the embeddings server binds {host} only with a key "
+                         "(PGBRAID_EMBEDDINGS_KEY): without one, loopback only")
     lock = threading.Lock()
+    expected = f"Bearer {key}".encode() if key else None
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # quiet
@@ -36,17 +51,35 @@ def make_server(embedder: Embedder, host: str = "127.0.0.1", port: int = 8000) -
         def _error(self, status: int, message: str) -> None:
             self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
 
+        def _allowed(self) -> bool:
+            if expected is None:
+                return True
+            given = (self.headers.get("Authorization") or "").encode("utf-8", "replace")
+            if hmac.compare_digest(given, expected):
+                return True
+            self.close_connection = True
+            self._send(401, {"error": {"message": "a valid Authorization: Bearer key is needed",
+                                       "type": "invalid_request_error"}})
+            return False
+
         def do_GET(self) -> None:
+            if not self._allowed():
+                return
             if self.path.rstrip("/") == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": embedder.name, "object": "model"}]})
             else:
                 self._error(404, "not found")
 
         def do_POST(self) -> None:
+            if not self._allowed():
+                return None
             if self.path.rstrip("/") != "/v1/embeddings":
                 return self._error(404, "not found")
             try:
                 length = int(self.headers.get("Content-Length") or 0)
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self.close_connection = True  # the body is not read
+                    return self._error(413, f"the body must be at most {MAX_BODY_BYTES} bytes")
                 request = json.loads(self.rfile.read(length) or b"{}")
             except (ValueError, json.JSONDecodeError):
                 return self._error(400, "body must be JSON")

@@ -226,7 +226,7 @@ def _analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch) -> None
             with conn.transaction():
                 fragments.analyse(conn, pipeline, [p])
         except psycopg.DataError as exc:
-            _fail(batch, p, str(exc).split("\n")[0])
+            _fail(batch, p, refused(exc))
 
 
 def _assign_vectors(p: Prepared, pipeline: Pipeline, reusable: dict) -> None:
@@ -343,6 +343,13 @@ def _write_fresh(conn: psycopg.Connection, pipeline: Pipeline, fresh: list[Prepa
     return "written"
 
 
+def refused(exc: psycopg.Error, what: str | None = None) -> str:
+    """What the report says of a document PostgreSQL refused: the kind and SQLSTATE, not
+    PostgreSQL's message (it names constraints, columns and other rows' key values)."""
+    return (f"PostgreSQL refused the document: {what or type(exc).__name__} "
+            f"(SQLSTATE {exc.sqlstate or 'none'})")
+
+
 def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,
                report: IngestReport, partition: int, *, retry: bool = True) -> ReadError | None:
     """Write a document in a savepoint, once more (``retry``) if a random fragment id
@@ -358,9 +365,9 @@ def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, wri
         except psycopg.errors.UniqueViolation as exc:
             if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
                 continue
-            return ReadError(item.doc.source or item.doc.id, str(exc).split("\n")[0])
+            return ReadError(item.doc.source or item.doc.id, refused(exc, "duplicate key"))
         except _WRITE_ERRORS as exc:
-            message = exc.message if isinstance(exc, PgbraidError) else str(exc).split("\n")[0]
+            message = exc.message if isinstance(exc, PgbraidError) else refused(exc)
             return ReadError(item.doc.source or item.doc.id, message)
         written.extend(pending)
         setattr(report, outcome, getattr(report, outcome) + 1)

@@ -201,5 +201,3 @@ def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> No
         conn.execute("UPDATE pgbraid.embeddings SET current = false WHERE fragment_id IN"
                      " (SELECT id FROM pgbraid.fragments WHERE version_id = %s)", (version_id,))
     bm25_index.retire(conn, pipeline.id, version_id)
-
-

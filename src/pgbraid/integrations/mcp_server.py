@@ -149,7 +149,7 @@ class HttpMcp:
 
     def _authenticate(self, scope: dict) -> Client:
         from ..api.auth import is_loopback
-        from ..api.middleware import note
+        from ..api.middleware import PRINCIPAL, note
 
         api = self._api()
         if api.no_auth:
@@ -158,9 +158,12 @@ class HttpMcp:
                 raise Unauthorized("authentication is off on this server, which takes "
                                    "requests from loopback only")
             return api.client
-        headers = dict(scope.get("headers") or [])
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        principal = api.client.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+        principal = scope.get(PRINCIPAL)  # checked before a body was read (RequestShape)
+        if principal is None:
+            headers = dict(scope.get("headers") or [])
+            scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            principal = api.client.authenticate(
+                token.strip() if scheme.lower() == "bearer" else None)
         note(scope, key_id=principal.key_id, tenant=principal.tenant)
         return api.client.acting_as(principal)
 
