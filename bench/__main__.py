@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|quarantine|replicas|capacity|all|plots] [--quick]`,
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|all|plots] [--quick]`,
 `python -m bench million [--build] [--sizes 100k,300k,1m]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
@@ -12,8 +12,8 @@ import argparse
 import importlib
 import pkgutil
 
-from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, lexical, live, load,
-               million, plots, quarantine, replicas, vector)
+from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
+               load, million, plots, quarantine, replicas, vector)
 from .common import ROOT, console
 
 
@@ -36,7 +36,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "live", "quarantine", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     parser.add_argument("--sizes", default="100k,300k,1m",
@@ -68,6 +68,9 @@ def main() -> None:
         history.run(quick=args.quick)
     if args.suite in ("crypto", "all"):
         crypto.run(quick=args.quick)
+    if args.suite in ("ingest", "all"):
+        ingest.run(quick=args.quick)
+        draw(ingest)
     if args.suite in ("live", "all"):
         live.run(queries=50 if args.quick else 150)
     if args.suite in ("quarantine", "all"):

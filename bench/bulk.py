@@ -3,7 +3,7 @@
 Ingesting a million fragments one document per savepoint takes hours on this
 machine; this writes the same rows with one statement per table and batch:
 documents, their first versions (one version time per batch, from the same
-clock), fragments with the same SQL expressions as writer._INSERT_FRAGMENT
+clock), fragments with the same SQL expressions as ingest/fragments._ANALYSE
 (tsvector, BM25 forward index), and the postings through bm25_index's own
 Pending / flush / merge_since, so segments, statistics and merges are those of
 ingestion. Pieces come from ingest.prepare, as ingestion makes them.
@@ -44,7 +44,7 @@ ORDER BY n
 RETURNING id
 """
 
-# writer._INSERT_FRAGMENT, one row per element of the arrays.
+# ingest/fragments._ANALYSE's expressions, one row per element of the arrays.
 _FRAGMENTS = """
 INSERT INTO pgbraid.fragments
     (pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,

@@ -131,3 +131,27 @@ def test_text_files_and_folders(client, pipeline, tmp_path):
     assert {f.message for f in report.failed} == {"invalid UTF-8 at byte 0", "no such file or folder"}
     (hit,) = client.search(pipeline, "turbines").hits
     assert (hit.document_id, hit.title) == ("a.md", "Alpha page")
+
+
+def test_a_batch_mixing_new_changed_repeated_and_failing_documents(client, pipeline):
+    """New documents are written together, the others one by one, in the batch's order:
+    an id twice in a batch is a new version, a failing one fails alone, and the BM25
+    index matches the forward index."""
+    from .test_bm25_concurrency import index_state
+
+    client.ingest(pipeline, [{"id": "u", "text": "the old pump text"}])
+    report = client.ingest(pipeline, [
+        {"id": "n1", "text": "first pump manual", "classification": ["mixedbatch"]},
+        {"id": "u", "text": "the new valve text"},
+        {"id": "n1", "text": "second pump manual, revised"},
+        {"id": "bad", "text": "never stored", "metadata": {"note": "nul \u0000 here"}},
+        {"id": "n2", "text": "boiler pump notes"}])
+    assert (report.added, report.updated, len(report.failed)) == (2, 2, 1)
+    assert "bad" in report.failed[0].source
+    n1 = client.document(pipeline, "n1")  # version 1 lived no time: same transaction
+    assert (n1["version"], n1["text"]) == (2, "second pump manual, revised")
+    hits = client.search(pipeline, "pump", type="bm25").hits
+    assert sorted((h.document_id, h.version) for h in hits) == [("n1", 2), ("n2", 1)]
+    assert client.search(pipeline, "pump", type="bm25", classification="mixedbatch").hits == ()
+    assert client.search(pipeline, "old", type="bm25").hits == ()
+    index_state(client, pipeline)

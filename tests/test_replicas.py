@@ -20,7 +20,7 @@ import pytest
 import pgbraid
 from pgbraid.db.server import EmbeddedServer
 from pgbraid.db.standby import EmbeddedReplica
-from pgbraid.errors import InvalidRequest
+from pgbraid.errors import InvalidRequest, NotFound
 
 WRITES = re.compile(r"statement: .*\b(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|TRUNCATE|COPY|GRANT"
                     r"|REVOKE|nextval|pg_advisory)\b")
@@ -55,8 +55,11 @@ def reading(data_dir, replica):
 def _until_found(client, pipeline, query, **request):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        response = client.search(pipeline, query, **request)
-        if response.hits:
+        try:
+            response = client.search(pipeline, query, **request)
+        except NotFound:  # the replica has not replayed the pipeline's creation yet
+            response = None
+        if response is not None and response.hits:
             return response
         time.sleep(0.05)
     raise AssertionError(f"{query!r} never found")

@@ -23,7 +23,8 @@ from .engine import Engine
 from .errors import InvalidRequest, NotEnabled, PayloadTooLarge
 from .ingest import guard, quarantine
 from .ingest.readers import FieldMap, items
-from .ingest.writer import IngestReport, delete_document, ingest
+from .ingest.batches import IngestReport, ingest
+from .ingest.writer import delete_document
 from .models import (PipelineInfo, SearchResponse, check_text, number, parse_as_of,
                      parse_version, printable, validate_document_id,
                      validate_name)
@@ -34,6 +35,9 @@ from .strategies.query_language import QueryLanguages
 from .tenancy import TenantAdmin
 
 ANALYZE_AFTER = 1_000
+# ... and a tenth of the fragments the statistics last counted (autovacuum's default
+# share): a bulk load into a big table leaves its statistics representative.
+ANALYZE_SHARE = 0.1
 
 
 @audit.audits_denials
@@ -193,8 +197,11 @@ class Client(TenantAdmin, LiveSources):
         if report.fragments >= ANALYZE_AFTER:
             # Fresh planner statistics, so searches right after a bulk load plan well.
             with self._db.admin() as conn:
-                conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents,"
-                             " pgbraid.bm25_postings")
+                counted = conn.execute("SELECT reltuples FROM pg_class"
+                                       " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
+                if report.fragments >= ANALYZE_SHARE * max(counted, 0):
+                    conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
+                                 " pgbraid.documents, pgbraid.bm25_postings")
         return report
 
     def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:

@@ -155,6 +155,11 @@ class Failure(Out):
     message: str
 
 
+class SkippedOut(Out):
+    source: str
+    reason: str
+
+
 class IngestReportOut(Out):
     added: int
     updated: int
@@ -163,6 +168,7 @@ class IngestReportOut(Out):
     embedded: int
     stopped: bool
     failed: list[Failure]
+    skipped: list[SkippedOut]
     lsn: str | None = None
     """The primary's WAL position after the commits: pass it as a search's ``min_lsn``
     to read them on a replica."""

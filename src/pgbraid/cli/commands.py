@@ -201,18 +201,26 @@ def pipeline_show(name: str, as_json: bool = JsonOpt) -> None:
 # -- ingest -------------------------------------------------------------------
 
 @app.command()
-def ingest(pipeline: str, paths: list[Path] = typer.Argument(..., help="Files or folders: .txt .md .rst .jsonl[.gz]"),
-           id_field: str = "id", title_field: str = "title", text_field: str = "text",
+def ingest(pipeline: str, paths: list[Path] = typer.Argument(
+               ..., help="Files or folders: .txt .md .rst .jsonl[.gz] .csv[.gz] .tsv[.gz] .json[.gz]"),
+           id_field: str = "id", title_field: str = "title",
+           text_field: str = typer.Option("text", help="The text field; several comma-separated"
+                                          " (a,b) are joined as paragraphs"),
            metadata_field: str = "metadata", classification_field: str = "classification",
            language_field: str = "language",
+           records: Optional[str] = typer.Option(None, help="JSON: the key of the array of records"
+                                                  " in an object (a.b when nested)"),
+           index_id: bool = typer.Option(False, "--index-id", help="Make the id searchable"
+                                         " (it leads the title)"),
            on_error: str = typer.Option("continue", help="continue | stop at the first failing document"),
            as_json: bool = JsonOpt) -> None:
     """Ingest documents: new content becomes a new version, unchanged content writes nothing."""
     from ..ingest.progress import ingest_with_progress
 
-    fields = FieldMap(id=id_field, title=title_field, text=text_field, metadata=metadata_field,
-                      classification=classification_field, language=language_field)
     with handled(as_json):
+        fields = FieldMap(id=id_field, title=title_field, text=text_field, metadata=metadata_field,
+                          classification=classification_field, language=language_field,
+                          records=records, index_id=index_id)
         if on_error not in ("continue", "stop"):
             raise InvalidRequest("--on-error must be 'continue' or 'stop'")
         with connect() as client:
@@ -220,11 +228,15 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(..., help="Files or
         if as_json:
             emit(report.as_dict())
         else:
+            for skipped in report.skipped:
+                console.print(f"[yellow]skipped[/yellow] {skipped.source}: {skipped.reason}",
+                              soft_wrap=True)
             for failure in report.failed:
                 console.print(f"[red]failed[/red] {failure.source}: {failure.message}", soft_wrap=True)
             console.print(f"added {report.added}, updated {report.updated}, unchanged "
                           f"{report.unchanged}, failed {len(report.failed)}, "
                           f"fragments written {report.fragments}"
+                          + (f", files skipped {len(report.skipped)}" if report.skipped else "")
                           + (" (stopped at the first failure)" if report.stopped else ""))
         if report.failed:
             raise typer.Exit(1)

@@ -142,7 +142,7 @@ class Pending:
         self.ordinals.append(ordinal)
         self.lengths.append(min(length, MAX_LENGTH))
         self.terms.append(terms or [])
-        self.tfs.append([min(t, MAX_LENGTH) for t in tfs or []])
+        self.tfs.append(tfs or [])  # capped at MAX_LENGTH when packed
         self.configs.append(config)
         self.partitions.append(partition)
 
@@ -249,22 +249,28 @@ def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None
 
 
 def _pack(pending: Pending) -> dict[str, list]:
-    by_term: dict[str, tuple[list[int], list[int], list[int]]] = defaultdict(lambda: ([], [], []))
-    rows = sorted(zip(pending.ordinals, pending.lengths, pending.terms, pending.tfs),
-                  key=lambda row: row[0])  # each list sorted by ordinal (bm25_topk searches them)
-    for ordinal, length, terms, tfs in rows:
-        for term, tf in zip(terms, tfs):
-            entry = by_term[term]
-            entry[0].append(ordinal)
-            entry[1].append(tf)
-            entry[2].append(length)
-    terms = sorted(by_term)
+    """The postings of the pending fragments per term (terms in code point order), each
+    list sorted by ordinal (bm25_topk searches them): built with numpy for the batch."""
+    sizes = np.fromiter(map(len, pending.terms), dtype=np.int64, count=len(pending.terms))
+    if not sizes.sum():
+        return {"terms": []}
+    terms = np.array([t for row in pending.terms for t in row])
+    tfs = np.minimum(np.fromiter((f for row in pending.tfs for f in row), dtype=np.int64,
+                                 count=int(sizes.sum())), MAX_LENGTH).astype("<u2")
+    ordinals = np.repeat(np.asarray(pending.ordinals, dtype="<i4"), sizes)
+    lengths = np.repeat(np.asarray(pending.lengths, dtype="<u2"), sizes)
+    unique, inverse = np.unique(terms, return_inverse=True)
+    order = np.lexsort((ordinals, inverse))
+    counts = np.bincount(inverse, minlength=len(unique))
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    ordinals, tfs, lengths = ordinals[order], tfs[order], lengths[order]
+    spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
     return {
-        "terms": terms,
-        "counts": [len(by_term[t][0]) for t in terms],
-        "ordinals": [np.asarray(by_term[t][0], dtype="<i4").tobytes() for t in terms],
-        "tfs": [np.asarray(by_term[t][1], dtype="<u2").tobytes() for t in terms],
-        "lengths": [np.asarray(by_term[t][2], dtype="<u2").tobytes() for t in terms],
+        "terms": unique.tolist(),
+        "counts": counts.tolist(),
+        "ordinals": [ordinals[a:b].tobytes() for a, b in spans],
+        "tfs": [tfs[a:b].tobytes() for a, b in spans],
+        "lengths": [lengths[a:b].tobytes() for a, b in spans],
     }
 
 

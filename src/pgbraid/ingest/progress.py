@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ..client import Client
 from ..output import console
 from .readers import FieldMap
-from .writer import IngestReport
+from .batches import IngestReport
 
 
 def ingest_with_progress(client: Client, pipeline: str, paths: list[Path], fields: FieldMap,

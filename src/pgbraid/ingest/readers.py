@@ -1,7 +1,9 @@
-"""Read .txt/.md/.rst files and JSONL (optionally gzipped) into documents.
+"""Read .txt/.md/.rst files, JSONL (optionally gzipped), CSV/TSV and JSON into documents.
 
-Each item read is either a ``SourceDocument`` or a ``ReadError`` naming the file
-and line, so one bad line or file is reported without stopping the others.
+Each item read is a ``SourceDocument``, a ``ReadError`` naming the file and line
+(so one bad line or file is reported without stopping the others), or a
+``Skipped`` file of a folder that is no format we read. CSV, TSV and JSON files
+are read by formats.py, each file all or nothing.
 """
 
 from __future__ import annotations
@@ -23,12 +25,34 @@ MAX_DOCUMENT_CHARS = 5_000_000
 
 @dataclass(frozen=True)
 class FieldMap:
+    """Which record fields are what. ``text`` may name several fields, comma-separated
+    (joined as paragraphs); ``records`` names the array of records in a JSON object
+    (a dotted path); ``index_id`` makes the id searchable (it leads the title)."""
+
     id: str = "id"
     title: str = "title"
     text: str = "text"
     metadata: str = "metadata"
     classification: str = "classification"
     language: str = "language"
+    records: str | None = None
+    index_id: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("id", "title", "text", "metadata", "classification", "language"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidRequest(f"the {name} field must be named", field=name)
+        if not self.text_fields:
+            raise InvalidRequest("name at least one text field", field="text")
+        if self.records is not None and (not isinstance(self.records, str)
+                                         or not all(self.records.split("."))):
+            raise InvalidRequest("records must name a JSON key (a.b for a nested one)",
+                                 field="records")
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.text.split(",") if name.strip())
 
 
 @dataclass(frozen=True)
@@ -50,22 +74,42 @@ class ReadError:
     message: str
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A file in a folder that was not read, and why."""
+
+    source: str
+    reason: str
+
+
+FORMATS = ".txt, .md, .rst, .jsonl[.gz], .csv[.gz], .tsv[.gz] or .json[.gz]"
+
+
 def supported(path: Path) -> bool:
+    from .formats import CSV_SUFFIXES, JSON_SUFFIXES
+
     name = path.name.lower()
-    return name.endswith(TEXT_SUFFIXES) or name.endswith(JSONL_SUFFIXES)
+    return name.endswith(TEXT_SUFFIXES + JSONL_SUFFIXES + CSV_SUFFIXES + JSON_SUFFIXES)
 
 
-def expand(paths: list[Path]) -> Iterator[tuple[Path, Path] | ReadError]:
-    """(file, root) pairs for files and folders; folders are walked in sorted order."""
+def expand(paths: list[Path]) -> Iterator[tuple[Path, Path] | ReadError | Skipped]:
+    """(file, root) pairs for files and folders; folders are walked in sorted order, and
+    the files in them that are no format we read are reported as skipped."""
     for path in paths:
         if path.is_dir():
-            for child in sorted(p for p in path.rglob("*") if p.is_file() and supported(p)):
-                yield child, path
+            for child in sorted(p for p in path.rglob("*") if p.is_file()):
+                hidden = any(part.startswith(".") for part in child.relative_to(path).parts)
+                if hidden:
+                    yield Skipped(str(child), "hidden file")
+                elif supported(child):
+                    yield child, path
+                else:
+                    yield Skipped(str(child), f"not a format we read ({FORMATS})")
         elif path.is_file():
             if supported(path):
                 yield path, path.parent
             else:
-                yield ReadError(str(path), "unsupported file type (use .txt, .md, .rst or .jsonl[.gz])")
+                yield ReadError(str(path), f"unsupported file type (use {FORMATS})")
         else:
             yield ReadError(str(path), "no such file or folder")
 
@@ -87,14 +131,19 @@ def items(source: Iterable[Any], fields: FieldMap = FieldMap()) -> Iterator[Sour
         yield from read(paths, fields)
 
 
-def read(paths: list[Path], fields: FieldMap = FieldMap()) -> Iterator[SourceDocument | ReadError]:
+def read(paths: list[Path], fields: FieldMap = FieldMap()
+         ) -> Iterator[SourceDocument | ReadError | Skipped]:
+    from .formats import CSV_SUFFIXES, JSON_SUFFIXES, read_file
+
     for item in expand(paths):
-        if isinstance(item, ReadError):
+        if isinstance(item, (ReadError, Skipped)):
             yield item
             continue
         path, root = item
         if path.name.lower().endswith(JSONL_SUFFIXES):
             yield from read_jsonl(path, fields)
+        elif path.name.lower().endswith(CSV_SUFFIXES + JSON_SUFFIXES):
+            yield from read_file(path, fields)
         else:
             yield read_text_file(path, root)
 
@@ -169,22 +218,19 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise InvalidRequest(f"missing or empty id field {fields.id!r}", field=fields.id)
     validate_document_id(doc_id, fields.id)
-    text = record.get(fields.text)
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequest(f"missing or empty text field {fields.text!r}", field=fields.text)
-    check_text(text, "text", fields.text)
-    if len(text) > MAX_DOCUMENT_CHARS:
-        raise InvalidRequest(f"text is longer than {MAX_DOCUMENT_CHARS} characters")
+    text = _text(record, fields)
     title = record.get(fields.title)
     if title is not None and not isinstance(title, str):
         raise InvalidRequest(f"title field {fields.title!r} must be a string", field=fields.title)
+    if fields.index_id:
+        title = f"{doc_id}: {title}" if title and title.strip() else doc_id
     if title is not None:
         check_text(title.replace("\x00", ""), "title", fields.title)
     metadata = record.get(fields.metadata) or {}
     if not isinstance(metadata, dict):
         raise InvalidRequest(f"metadata field {fields.metadata!r} must be an object")
-    known = {fields.id, fields.title, fields.text, fields.metadata, fields.classification,
-             fields.language, "embedding"}
+    known = {fields.id, fields.title, *fields.text_fields, fields.metadata,
+             fields.classification, fields.language, "embedding"}
     extra = {k: v for k, v in record.items() if k not in known}
     check_json({**extra, **metadata}, "metadata")
     classification = record.get(fields.classification)
@@ -201,6 +247,25 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
         source=source,
         embedding=_embedding(record.get("embedding")),
     )
+
+
+def _text(record: dict[str, Any], fields: FieldMap) -> str:
+    """The record's text: its text fields that are not empty, as paragraphs."""
+    names = fields.text_fields
+    for name in names:
+        value = record.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequest(f"text field {name!r} must be a string", field=name)
+    parts = [record[name].strip() for name in names if (record.get(name) or "").strip()]
+    if not parts:
+        shown_names = ", ".join(map(repr, names))
+        raise InvalidRequest(f"missing or empty text field{'s' if len(names) > 1 else ''}"
+                             f" {shown_names}", field=names[0])
+    text = record[names[0]] if len(names) == 1 else "\n\n".join(parts)  # one: exactly as given
+    check_text(text, "text", names[0])
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise InvalidRequest(f"text is longer than {MAX_DOCUMENT_CHARS} characters")
+    return text
 
 
 def _embedding(value: Any) -> list[float] | None:

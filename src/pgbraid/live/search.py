@@ -33,7 +33,7 @@ import psycopg
 from .. import audit, planner
 from ..errors import InvalidRequest, NotEnabled, NotFound
 from ..ingest.readers import SourceDocument
-from ..ingest.writer import ingest
+from ..ingest.batches import ingest
 from ..models import DEFAULT_CLASSIFICATION, SearchResponse, TraceEntry, parse_classifications
 from ..pipelines import Pipeline
 from .config import LiveSource, from_settings
@@ -184,7 +184,7 @@ def _store(client: "Client", pipeline: Pipeline, docs: list[SourceDocument]) -> 
     try:
         with client._session() as conn:
             report = ingest(lambda: _nested(conn), pipeline, docs, embedder=embedder,
-                            on_error="stop")
+                            on_error="stop", ahead=False)  # one connection: no worker
             if report.failed:
                 raise LiveFailure(f"a fetched document could not be stored: "
                                   f"{report.failed[0].message}")

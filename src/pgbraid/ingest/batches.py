@@ -1,0 +1,381 @@
+"""Ingest in batches: prepare batch i+1 in a worker thread while batch i is written.
+
+Preparing a batch (``_prepare``) is everything that needs no lock: chunking,
+language, hashes, which documents are unchanged, the text-search analysis of
+its pieces on a connection of its own (fragments.analyse) and, with an embedder,
+their vectors (ONNX releases the GIL). Writing it (``_write``) is one
+transaction under the pipeline's BM25 lock: the documents new to the pipeline
+together (writer.write_new), the others one by one in savepoints, then the
+batch's postings as one segment per partition. So the lock is held only for
+inserting rows, and concurrent ingesting processes prepare side by side.
+Fragment ids are random (migration 011); a document whose fragment id collides
+is written once more.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Callable, Iterable, Iterator, Literal
+
+import numpy as np
+import psycopg
+
+from ..embedders import Embedder
+from ..errors import KeyUnavailable, PgbraidError
+from ..pipelines import Pipeline
+from ..strategies.vector.store import check_vector
+from . import bm25_index, fragments
+from .bm25_index import Pending
+from .guard import held_of
+from .prepare import Prepared, prepare
+from .readers import ReadError, Skipped, SourceDocument
+from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
+
+LEXICAL_BATCH = 512  # documents a batch without an embedder (fewer segments, postings rows, merges)
+EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
+
+# Current hashes of a batch's documents, and vectors of their current fragments.
+_KNOWN = """
+SELECT d.external_id, v.content_hash FROM pgbraid.documents d
+JOIN pgbraid.versions v ON v.document_id = d.id AND v.version = d.current_version
+WHERE d.pipeline_id = %(pipeline)s AND d.external_id = ANY(%(ids)s)
+  AND (%(held)s::text[] IS NULL OR v.classifications <@ %(held)s::text[])
+"""
+_REUSABLE = """
+SELECT f.content_hash, e.embedding FROM pgbraid.fragments f
+JOIN pgbraid.embeddings e ON e.fragment_id = f.id
+WHERE f.pipeline_id = %(pipeline)s AND f.current AND f.content_hash = ANY(%(hashes)s)
+"""
+_EXISTING = """
+SELECT external_id FROM pgbraid.documents
+WHERE pipeline_id = %(pipeline)s AND external_id = ANY(%(ids)s)
+"""
+_WRITE_ERRORS = (PgbraidError, psycopg.DataError, psycopg.IntegrityError)
+
+
+@dataclass
+class IngestReport:
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    fragments: int = 0
+    embedded: int = 0
+    failed: list[ReadError] = field(default_factory=list)
+    stopped: bool = False
+    skipped: list[Skipped] = field(default_factory=list)
+    """Files of the folders ingested that were not read, and why."""
+    lsn: str | None = None
+    """The primary's WAL position after the last commit (``min_lsn`` for a search)."""
+
+    @property
+    def processed(self) -> int:
+        return self.added + self.updated + self.unchanged + len(self.failed)
+
+    def as_dict(self) -> dict:
+        return {
+            "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
+            "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
+            "failed": [{"source": f.source, "message": f.message} for f in self.failed],
+            "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
+            "lsn": self.lsn,
+        }
+
+
+@dataclass
+class Call:
+    """What one ingest call wrote to the BM25 index: merged into one segment per partition
+    at its end."""
+
+    first_segment: int
+    partitions: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Batch:
+    items: list[Prepared | ReadError]
+    unchanged: set[str]
+    embedded: int = 0
+    embedding_failure: str | None = None
+
+
+def ingest(session: Callable, pipeline: Pipeline,
+           items: Iterable[SourceDocument | ReadError | Skipped], *,
+           embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
+           batch_size: int | None = None, ahead: bool = True,
+           progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+    """Ingest items in batches; ``session()`` opens one transaction. With ``ahead`` the
+    next batch is prepared in a worker thread (on sessions of its own) while one is
+    written; a caller whose ``session()`` hands out one shared connection (savepoints
+    of its own transaction) passes ``ahead=False``."""
+    with session() as conn:
+        bm25_index.lock(conn, pipeline.id)
+        bm25_index.ensure_stats(conn, pipeline.id)
+        call = Call(bm25_index.next_segment(conn, pipeline.id))
+    size = batch_size or (EMBEDDED_BATCH if embedder else LEXICAL_BATCH)
+    report = IngestReport()
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
+            previous: Future | None = None
+            for chunk in _chunks(_divert(items, report), size):
+                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
+                if previous is not None:
+                    _finish(session, pipeline, previous.result(), report, call, on_error, progress)
+                    if report.stopped:
+                        batch.cancel()
+                        return report
+                previous = batch
+            if previous is not None:
+                _finish(session, pipeline, previous.result(), report, call, on_error, progress)
+        return report
+    finally:
+        if call.partitions:
+            with session() as conn:
+                bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+
+
+def _submit(pool: ThreadPoolExecutor | None, *args) -> Future:
+    if pool is not None:
+        return pool.submit(_prepare, *args)
+    done: Future = Future()
+    try:
+        done.set_result(_prepare(*args))
+    except BaseException as exc:  # raised where the result is read, as from the pool
+        done.set_exception(exc)
+    return done
+
+
+def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | ReadError]:
+    for item in items:
+        if isinstance(item, Skipped):
+            report.skipped.append(item)
+        else:
+            yield item
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
+             embedder: Embedder | None) -> Batch:
+    """Prepare, analyse and embed what is new in a batch (in the worker thread)."""
+    items: list[Prepared | ReadError] = []
+    for item in chunk:
+        if isinstance(item, ReadError):
+            items.append(item)
+            continue
+        try:
+            ready = prepare(item, pipeline)
+            if pipeline.bound is not None:  # ingest/guard.py
+                pipeline.bound.check_record(ready.doc.id, ready.classifications)
+            items.append(ready)
+        except PgbraidError as exc:
+            items.append(ReadError(item.source or item.id, exc.message))
+    with session() as conn:
+        prepared = [p for p in items if isinstance(p, Prepared)]
+        known = dict(conn.execute(_KNOWN, {"pipeline": pipeline.id, "held": held_of(pipeline.bound),
+                                           "ids": [p.doc.id for p in prepared]}).fetchall())
+        batch = Batch(items, {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest})
+        _analyse(conn, pipeline, batch)
+        todo = _todo(batch)
+        if not pipeline.embedder:
+            for p in todo:
+                if p.doc.embedding is not None:
+                    _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
+                                    " remove the embedding field")
+            return batch
+        if not todo:
+            return batch
+        reusable = dict(conn.execute(_REUSABLE, {
+            "pipeline": pipeline.id,
+            "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
+    for p in todo:
+        try:
+            _assign_vectors(p, pipeline, reusable)
+        except PgbraidError as exc:  # a bad supplied vector fails its document only
+            _fail(batch, p, exc.message)
+    todo = [p for p in _todo(batch) if p.needs_embedding]
+    if embedder is not None and todo:
+        try:
+            batch.embedded = _embed(embedder, todo)
+        except PgbraidError as exc:
+            batch.embedding_failure = f"embedding failed: {exc.message}"
+    return batch
+
+
+def _todo(batch: Batch) -> list[Prepared]:
+    return [p for p in batch.items if isinstance(p, Prepared) and p.doc.id not in batch.unchanged]
+
+
+def _fail(batch: Batch, p: Prepared, message: str) -> None:
+    at = next(i for i, item in enumerate(batch.items) if item is p)  # not ==: numpy fields
+    batch.items[at] = ReadError(p.doc.source or p.doc.id, message)
+
+
+def _analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch) -> None:
+    """Text-search analysis of the batch's new content; a document PostgreSQL cannot
+    analyse (a tsvector past 1 MB, ...) fails alone."""
+    todo = _todo(batch)
+    try:
+        with conn.transaction():
+            fragments.analyse(conn, pipeline, todo)
+        return
+    except psycopg.DataError:
+        pass
+    for p in todo:
+        try:
+            with conn.transaction():
+                fragments.analyse(conn, pipeline, [p])
+        except psycopg.DataError as exc:
+            _fail(batch, p, refused(exc))
+
+
+def _assign_vectors(p: Prepared, pipeline: Pipeline, reusable: dict) -> None:
+    dimension = pipeline.dimension or 0
+    p.vectors = np.zeros((len(p.pieces), dimension), dtype=np.float32)
+    if p.doc.embedding is not None:
+        p.vectors[0] = check_vector(p.doc.embedding, dimension, "embedding")
+        return
+    for i, piece in enumerate(p.pieces):
+        if piece.content_hash in reusable:
+            known = reusable[piece.content_hash]
+            p.vectors[i] = np.asarray(known.to_numpy() if hasattr(known, "to_numpy") else known,
+                                      dtype=np.float32)
+        else:
+            p.needs_embedding.append(i)
+
+
+def _embed(embedder: Embedder, todo: list[Prepared]) -> int:
+    texts = [text for p in todo for text in p.embedding_inputs()]
+    vectors = embedder.embed_documents(texts)
+    at = 0
+    for p in todo:
+        for i in p.needs_embedding:
+            p.vectors[i] = vectors[at]
+            at += 1
+    return len(texts)
+
+
+def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport, call: Call,
+            on_error: str, progress: Callable[[IngestReport], None] | None) -> None:
+    report.embedded += batch.embedded
+    if batch.embedding_failure:
+        for p in _todo(batch):
+            if p.needs_embedding:
+                _fail(batch, p, batch.embedding_failure)
+    _write(session, pipeline, batch, report, call, on_error)
+    if progress:
+        progress(report)
+
+
+def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
+           call: Call, on_error: str) -> None:
+    """One transaction under the pipeline's BM25 lock: the batch's new documents together,
+    the others each in its own savepoint, in order; then the batch's segments."""
+    with session() as conn:
+        bm25_index.lock(conn, pipeline.id)
+        todo = _todo(batch)
+        partitions = bm25_index.partitions(
+            conn, pipeline.id, {bm25_index.partition_key(p.classifications) for p in todo})
+
+        def partition(p: Prepared) -> int:
+            return partitions[bm25_index.partition_key(p.classifications)]
+
+        written = Pending()
+        fresh = _fresh(conn, pipeline, batch, on_error)
+        outcome = _write_fresh(conn, pipeline, fresh, written, report, partition) if fresh else ""
+        done = {id(p) for p in fresh} if outcome == "written" else set()
+        retried = {id(p) for p in fresh} if outcome == "collided" else set()
+        for item in batch.items:
+            if id(item) in done:
+                continue
+            if isinstance(item, Prepared) and item.doc.id in batch.unchanged:
+                report.unchanged += 1
+                continue
+            if isinstance(item, Prepared):
+                item = _write_one(conn, pipeline, item, written, report, partition(item),
+                                  retry=id(item) not in retried)
+            if isinstance(item, ReadError):
+                report.failed.append(item)
+                if on_error == "stop":
+                    report.stopped = True
+                    break
+        call.partitions |= bm25_index.flush(conn, pipeline.id, written, call.first_segment)
+
+
+def _fresh(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
+           on_error: str) -> list[Prepared]:
+    """The batch's documents new to the pipeline, each id's first (with ``stop``, only
+    those before the batch's first other item, so nothing after a failure is written)."""
+    todo = _todo(batch)
+    existing = {r[0] for r in conn.execute(_EXISTING, {
+        "pipeline": pipeline.id, "ids": [p.doc.id for p in todo]})}
+    fresh, seen = [], set()
+    for item in batch.items:
+        new = (isinstance(item, Prepared) and item.doc.id not in batch.unchanged
+               and item.doc.id not in existing and item.doc.id not in seen)
+        if not new:
+            if on_error == "stop":
+                break
+            continue
+        seen.add(item.doc.id)
+        fresh.append(item)
+    return fresh
+
+
+def _write_fresh(conn: psycopg.Connection, pipeline: Pipeline, fresh: list[Prepared],
+                 written: Pending, report: IngestReport, partition: Callable) -> str:
+    """Write the new documents together in a savepoint: "written", or "collided" (a random
+    fragment id) or "failed", when they are written one by one instead, so a failing one
+    is reported alone (after a collision, that is each one's retry)."""
+    pending = Pending()
+    try:
+        with conn.transaction():
+            counts = write_new(conn, pipeline, fresh, pending, partition)
+    except KeyUnavailable:
+        raise  # no document can be sealed: the whole call fails, its batch rolled back
+    except psycopg.errors.UniqueViolation as exc:
+        return "collided" if exc.diag.constraint_name == FRAGMENT_KEY else "failed"
+    except (Conflict, *_WRITE_ERRORS):
+        return "failed"
+    written.extend(pending)
+    report.added += len(counts)
+    report.fragments += sum(counts)
+    return "written"
+
+
+def refused(exc: psycopg.Error, what: str | None = None) -> str:
+    """What the report says of a document PostgreSQL refused: the kind and SQLSTATE, not
+    PostgreSQL's message (it names constraints, columns and other rows' key values)."""
+    return (f"PostgreSQL refused the document: {what or type(exc).__name__} "
+            f"(SQLSTATE {exc.sqlstate or 'none'})")
+
+
+def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,
+               report: IngestReport, partition: int, *, retry: bool = True) -> ReadError | None:
+    """Write a document in a savepoint, once more (``retry``) if a random fragment id
+    collided."""
+    for attempt in ((1, 2) if retry else (2,)):
+        pending = Pending()
+        try:
+            with conn.transaction():
+                outcome, fragments_written = write_document(conn, pipeline, item, pending,
+                                                            partition)
+        except KeyUnavailable:
+            raise  # no document can be sealed: the whole call fails, its batch rolled back
+        except psycopg.errors.UniqueViolation as exc:
+            if attempt == 1 and exc.diag.constraint_name == FRAGMENT_KEY:
+                continue
+            return ReadError(item.doc.source or item.doc.id, refused(exc, "duplicate key"))
+        except _WRITE_ERRORS as exc:
+            message = exc.message if isinstance(exc, PgbraidError) else refused(exc)
+            return ReadError(item.doc.source or item.doc.id, message)
+        written.extend(pending)
+        setattr(report, outcome, getattr(report, outcome) + 1)
+        report.fragments += fragments_written
+        return None
+    raise AssertionError("unreachable")

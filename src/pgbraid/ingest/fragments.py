@@ -1,0 +1,142 @@
+"""Fragment rows: the text-search analysis of a batch, and writing its rows in bulk.
+
+Analysis (``analyse``) runs every ``to_tsvector`` of a batch in one statement on a
+connection of its own, before the batch's write transaction and outside the
+pipeline's BM25 lock: the fulltext ``tsvector`` and the BM25 forward index (length,
+sorted lexemes, term frequencies) of each piece. So that work runs on a second
+core while the previous batch is written, and concurrent ingesting processes do it
+side by side; the locked write is left with inserting rows and their indexes.
+
+Rows are written through a temporary table: ``COPY`` into it (COPY FROM is refused
+on a table under row-level security), then one ``INSERT ... SELECT`` into
+``pgbraid.fragments``, whose policy then checks every row.
+
+``stored_version`` and ``stored_fragments`` are the one step that turns what was
+read and analysed into the values stored: sealed by encryption.py when the
+pipeline is encrypted (a fragment then gets its random id here, as the sealed
+values' associated data names it), as given otherwise. Every write path goes
+through them, after analysis, which reads the plain text.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from .. import encryption
+from ..pipelines import Pipeline
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
+
+# Per piece, in order: the fulltext tsvector (as text: its input form is exact), and
+# BM25's length, lexemes and their frequencies from the code-expanded text.
+_ANALYSE = """
+SELECT CASE WHEN %(fulltext)s THEN
+           (setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
+            || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
+            || setweight(to_tsvector(x.c, x.b), 'C'))::text
+       END,
+       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}')
+FROM unnest(%(configs)s::regconfig[], %(titles)s::text[], %(sections)s::text[],
+            %(bodies)s::text[], %(bm25)s::text[]) WITH ORDINALITY AS x(c, t, s, b, m, n)
+CROSS JOIN LATERAL (
+    SELECT sum(array_length(positions, 1)) AS length,
+           array_agg(lexeme ORDER BY lexeme) AS terms,
+           array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
+    FROM unnest(to_tsvector(x.c, x.m))) AS b
+ORDER BY x.n
+"""
+
+COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
+           "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
+           "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words",
+           "quarantined")
+# The stored value of a plain column (encryption.seal_fragments adds them to a row).
+_STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
+           "metadata": "stored_metadata"}
+_STAGE = "pgbraid_fragments_in"
+
+
+def stored_version(sealing: encryption.Sealing | None, document_id: int, number: int,
+                   title: str | None, body: str, metadata: dict[str, Any]) -> tuple[Any, ...]:
+    """Version ``number`` of document row ``document_id``: (title, body, metadata, key id)
+    as stored."""
+    title, body, metadata, key_id = encryption.seal_version(sealing, document_id, number,
+                                                            title, body, metadata)
+    return title, body, psycopg.types.json.Jsonb(metadata), key_id
+
+
+def stored_fragments(sealing: encryption.Sealing | None,
+                     rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fragment rows (``row``) with their stored values, ``id`` (None: the column's
+    default), ``key_id`` and ``words`` added."""
+    for number, group in groupby(rows, key=lambda r: r["version"]):
+        encryption.seal_fragments(sealing, number, list(group))
+    return rows
+
+
+def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"]) -> None:
+    """Fill each piece's ``tsv`` and ``bm25`` (length, terms, tfs) in one statement."""
+    pieces = [(p, piece) for p in batch for piece in p.pieces]
+    if not pieces:
+        return
+    params = {
+        "fulltext": pipeline.fulltext,
+        "configs": [piece.config for _, piece in pieces],
+        "titles": [p.doc.title for p, _ in pieces],
+        "sections": [piece.section for _, piece in pieces],
+        "bodies": [piece.text for _, piece in pieces],
+        "bm25": [piece.bm25_text for _, piece in pieces],
+    }
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(_ANALYSE, params).fetchall()
+    for (_, piece), (tsv, length, terms, tfs) in zip(pieces, rows):
+        piece.tsv = tsv
+        piece.bm25 = (length, terms, tfs)
+
+
+def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
+        bm25_ordinal: int, *, quarantined: bool = False) -> dict[str, Any]:
+    """The row of piece ``ordinal`` of (document row, version row, version number), of a
+    ``quarantined`` document or not."""
+    doc, piece = prepared.doc, prepared.pieces[ordinal]
+    length, terms, tfs = piece.bm25
+    return {"pipeline_id": pipeline.id, "document_id": owners[0], "version_id": owners[1],
+            "version": owners[2], "ordinal": ordinal, "section": piece.section,
+            "body": piece.text, "language": piece.config, "ts_config": piece.config,
+            "tsv": piece.tsv, "metadata": doc.metadata,
+            "classifications": list(prepared.classifications), "bm25_ordinal": bm25_ordinal,
+            "bm25_length": length, "bm25_terms": terms, "bm25_tfs": tfs, "title": doc.title,
+            "content_hash": piece.content_hash, "quarantined": quarantined}
+
+
+def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
+           rows: list[dict[str, Any]]) -> list[int]:
+    """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
+    without an id (a plain pipeline's) get the column's default."""
+    stored = stored_fragments(sealing, rows)
+    columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    stage = sql.Identifier(_STAGE)
+    conn.execute(sql.SQL(
+        "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
+        " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
+            for row in stored:
+                copy.write_row([_dumpable(name, row[_STORED.get(name, name)])
+                                for name in columns])
+        cur.execute(sql.SQL(
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
+            " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
+        ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
+        cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+    return [ids[(row["version_id"], row["ordinal"])] for row in rows]
+
+
+def _dumpable(name: str, value: Any) -> Any:
+    return psycopg.types.json.Jsonb(value) if name == "metadata" and isinstance(value, dict) else value
