@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 
@@ -334,48 +335,48 @@ class Engine:
             pipeline = pipelines.get(snapshot.conn, name)
             return pipelines.info(snapshot.conn, pipeline, _visible(snapshot.conn, principal))
 
+    @contextmanager
+    def _reading(self, principal: Principal, pipeline_name: str, classification: Any
+                 ) -> Iterator[tuple[psycopg.Connection, Pipeline, tuple[str, ...], bool]]:
+        """The snapshot, pipeline, held classifications and reviewer flag of a document read."""
+        asked = parse_classifications(classification) if classification is not None else None
+        principal.require(pipeline_name, "read")
+        with self.db.snapshot(principal.tenant) as snapshot:
+            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
+            yield snapshot.conn, pipeline, held, principal.allows(pipeline_name, "write")
+
     def document(self, principal: Principal, pipeline_name: str, document_id: str, *,
                  version: int | None = None, as_of: datetime | None = None,
                  classification: Any = None) -> dict[str, Any]:
         """One version of a document (current, numbered, or valid at ``as_of``)."""
-        asked = parse_classifications(classification) if classification is not None else None
-        principal.require(pipeline_name, "read")
-        with self.db.snapshot(principal.tenant) as snapshot:
-            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.read(snapshot.conn, pipeline, document_id, version=version,
-                                  as_of=as_of, classifications=held,
-                                  reviewer=principal.allows(pipeline_name, "write"))
+        with self._reading(principal, pipeline_name, classification) as (conn, pipeline, held,
+                                                                         reviewer):
+            return documents.read(conn, pipeline, document_id, version=version, as_of=as_of,
+                                  classifications=held, reviewer=reviewer)
 
     def versions(self, principal: Principal, pipeline_name: str, document_id: str, *,
                  classification: Any = None) -> list[dict[str, Any]]:
         """The versions of a document that the request's classifications may see."""
-        asked = parse_classifications(classification) if classification is not None else None
-        principal.require(pipeline_name, "read")
-        with self.db.snapshot(principal.tenant) as snapshot:
-            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.versions(snapshot.conn, pipeline, document_id, classifications=held,
-                                      reviewer=principal.allows(pipeline_name, "write"))
+        with self._reading(principal, pipeline_name, classification) as (conn, pipeline, held,
+                                                                         reviewer):
+            return documents.versions(conn, pipeline, document_id, classifications=held,
+                                      reviewer=reviewer)
 
     def documents(self, principal: Principal, pipeline_name: str, *, after: str | None = None,
                   limit: int = 100, classification: Any = None) -> dict[str, Any]:
         """A page of the pipeline's current documents that the request may see."""
-        asked = parse_classifications(classification) if classification is not None else None
-        principal.require(pipeline_name, "read")
-        with self.db.snapshot(principal.tenant) as snapshot:
-            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.listing(snapshot.conn, pipeline, classifications=held, after=after,
-                                     limit=limit, reviewer=principal.allows(pipeline_name, "write"))
+        with self._reading(principal, pipeline_name, classification) as (conn, pipeline, held,
+                                                                         reviewer):
+            return documents.listing(conn, pipeline, classifications=held, after=after,
+                                     limit=limit, reviewer=reviewer)
 
     def fragment(self, principal: Principal, pipeline_name: str, fragment_id: int, *,
                  classification: Any = None) -> dict[str, Any]:
         """One fragment by id (of any version) that the request may see."""
-        asked = parse_classifications(classification) if classification is not None else None
-        principal.require(pipeline_name, "read")
-        with self.db.snapshot(principal.tenant) as snapshot:
-            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name, asked)
-            return documents.fragment(snapshot.conn, pipeline, fragment_id, classifications=held,
-                                      reviewer=principal.allows(pipeline_name, "write"))
-
+        with self._reading(principal, pipeline_name, classification) as (conn, pipeline, held,
+                                                                         reviewer):
+            return documents.fragment(conn, pipeline, fragment_id, classifications=held,
+                                      reviewer=reviewer)
 
 def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:
     """What a principal's counts may include: None (everything) for an unbounded one."""
