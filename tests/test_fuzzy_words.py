@@ -13,7 +13,7 @@ import pytest
 
 import pgbraid
 from pgbraid import InvalidRequest, encryption, pipelines
-from pgbraid.strategies import fuzzy
+from pgbraid.strategies import fuzzy, fuzzy_words
 
 from .bm25_worker import scifact
 from .conftest import shared
@@ -185,3 +185,26 @@ def test_the_migration_fills_words_by_the_same_rule(client):
             "SELECT pg_temp.distinct_words(t) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n)"
             " ORDER BY n", (texts,))]
     assert got == [encryption.distinct_words(t) for t in texts]
+
+
+def test_subsets_find_what_the_union_finds(client, monkeypatch):
+    """The subset search (GIN intersections, stopping at a bound) is exact: its hits
+    and scores are those of scoring every fragment holding any expanded word."""
+    name = _name()
+    client.create_pipeline(name, embedder="none")
+    docs = scifact(str(shared("beir_scifact", "corpus.jsonl.gz")))[:300]
+    client.ingest(name, docs)
+    queries = ["vitamin D deficency", "the effect of smoking", "breast cancr risk",
+               "stem cells and regeneraton", "responsible for mucolipdiosis", "zzqx"]
+    queries += [" ".join(d["title"].split()[:3]) for d in docs[:20:4]]
+
+    def hits(query: str, threshold: float) -> list[tuple[str, float]]:
+        response = _words(client, name, query, params={"threshold": threshold})
+        return [(h.fragment_id, round(h.score, 6)) for h in response.hits]
+
+    for threshold in (0.5, 0.3):
+        subsets = [hits(q, threshold) for q in queries]
+        monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # every query by the union
+        assert [hits(q, threshold) for q in queries] == subsets
+        monkeypatch.undo()
+    assert all(subsets[:5]) and not subsets[5]
