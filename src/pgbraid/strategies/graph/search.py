@@ -51,6 +51,7 @@ MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
 SIMILAR_FANOUT = 1_000    # a neighbour with more edges is a hub; ATT&CK's busiest technique has 498
 NEIGHBOUR_FANOUT = 100    # per walked vertex
+HUB_BUDGET = 250_000      # hub edges read by similar's certificate (hubs.py)
 
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
@@ -109,6 +110,9 @@ PARAMS = (
     Param("max_fanout", "integer", None, "neighbours: edges followed out of each vertex, "
           "heaviest first; similar: a neighbour with more edges is a hub, not followed",
           low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
+    Param("hub_budget", "integer", HUB_BUDGET, "similar: the most hub edges read to prove "
+          "that no candidate sharing only hubs with the seed is missing; past it the answer "
+          "is said not certified exact", low=0, high=100_000_000),
     Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
           choices=("pgbraid", "age")),
 )
@@ -220,32 +224,61 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
 def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
     measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
-    scored, found = walks.similar(
-        adj, seed["id"], types, direction, cap=cap, measure=measure, want=_want(request),
-        neighbour_type=request.params.get("neighbour_type"),
-        candidate_type=request.params.get("candidate_type", seed["type"]))
-    hubs = found["hubs"]
+    budget = _DECLARED["hub_budget"].value(request.params)
+    question = walks.Question(seed["id"], types, direction, request.params.get("neighbour_type"),
+                              request.params.get("candidate_type", seed["type"]), measure,
+                              _want(request))
+    scored, hubs, search = walks.similar(adj, question, cap=cap, budget=budget)
+    considered = len(scored)
+    scored = _best(scored, question.want)
     keys = _keys(conn, sorted({s["id"] for s in scored} | {z for s in scored for z in s["shared"]}
                               | set(hubs)))
-    capped = sorted(f"{keys[z]['type']}:{keys[z]['key']} ({n if n <= cap else f'more than {cap}'})"
-                    for z, n in hubs.items())
-    details.update(measure=measure, candidates=found["candidates"], max_fanout=cap, capped=capped)
-    if capped:
-        details["cap_note"] = (
-            f"{len(capped)} of the seed's neighbours have more than {cap} edges (hubs): "
-            + (f"candidates came through their {cap} heaviest edges only, as other neighbours "
-               "gave fewer than k" if found["hubs_sampled"] else
-               "candidates were not generated through them")
-            + "; hubs count in every candidate's shared neighbours and score; candidates "
-            "sharing only hubs with the seed may be missing (raise params.max_fanout to follow "
-            "hubs in full)")
-        details["hubs_sampled"] = found["hubs_sampled"]
+    name = {z: f"{keys[z]['type']}:{keys[z]['key']}" for z in hubs}
+    details.update(measure=measure, candidates=considered, max_fanout=cap,
+                   capped=sorted(f"{name[z]} ({n:,} edges)" for z, n in hubs.items()))
+    if search is not None:
+        details["hubs"] = _hub_trace(search, name, question)
     entities = [{**keys[s["id"]], "score": round(s["score"], 6),
                  "evidence": {"shared_neighbours": sorted(keys[z]["key"] for z in s["shared"]),
                               "shared": len(s["shared"]), "degree": s["degree"],
                               "seed_degree": s["seed_degree"]}}
                 for s in scored]
     return sorted(entities, key=lambda e: (-e["score"], e["key"]))
+
+
+def _best(scored: list[dict], want: int) -> list[dict]:
+    """The candidates that can be on the page: the ``want`` best scores, ties at the last
+    one included (they are ordered by key, which is looked up only for these)."""
+    if len(scored) <= want:
+        return scored
+    last = sorted((s["score"] for s in scored), reverse=True)[want - 1]
+    return [s for s in scored if s["score"] >= last]
+
+
+_BOUNDS = {"jaccard": "jaccard <= shared / |N(seed)|", "cosine": "cosine <= sqrt(shared / |N(seed)|)",
+           "adamic-adar": "adamic-adar <= the sum of 1 / ln(degree) over the unread hubs"}
+
+
+def _hub_trace(search, name: dict[int, str], question) -> dict[str, Any]:
+    """How candidates sharing only hubs with the seed were handled (hubs.py)."""
+    t = "none yet" if search.threshold is None else f"{search.threshold:.6f}"
+    read = search.order[:search.read]
+    trace = {"certified_exact": search.certified, "hubs": [name[z] for z in search.order],
+             "hubs_read": [name[z] for z in read], "hub_edges_read": search.edges_read,
+             "rounds": search.rounds, "candidates_verified": search.verified,
+             "budget": search.budget, "kth_best": search.threshold,
+             "unseen_bound": round(search.bound, 6)}
+    if search.certified:
+        trace["bound"] = (f"a candidate in none of the {len(read)} hub lists read shares only "
+                          f"the other {len(search.order) - len(read)} hubs: "
+                          f"{_BOUNDS[question.measure]} = {search.bound:.6f} < the "
+                          f"{question.want}th best {t}" if len(read) < len(search.order) else
+                          "every hub's list was read: no candidate was left out")
+        trace["note"] = "certified exact: no candidate sharing only hubs can enter the answer"
+    else:
+        trace["note"] = (f"not certified exact: {search.stopped}; candidates sharing only the "
+                         f"unread hubs may be missing (raise params.hub_budget)")
+    return trace
 
 
 def _want(request: SearchRequest) -> int:
