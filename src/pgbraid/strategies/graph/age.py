@@ -317,8 +317,7 @@ class Age:
     def counts(self, ids, direction, types) -> dict[int, int]:
         return {v: len(n) for v, n in self.lists(ids, direction, types).items()}
 
-    def tally(self, hubs, direction, types, unread, need, among=None,
-              of_type=None) -> dict[int, tuple[int, int, set[int] | None]]:
+    def tally(self, hubs, direction, types, unread, need, afford, among=None, of_type=None):
         pointing = self.lists(hubs, REVERSE[direction], types)
         shared = Counter(c for z in hubs for c in pointing.get(z, ()))
         lowest = min(need[0] + [need[1]])  # no degree can help a candidate below this
@@ -326,12 +325,16 @@ class Age:
         degree = self.degrees(hopeful, direction, types) if hopeful else {}
         kept = {c: (shared[c], degree.get(c, 0), None) for c in hopeful
                 if passes(shared[c], degree.get(c, 0), unread, *need)}
+        cost = sum(d for _, d, _ in kept.values())
+        if cost > afford:
+            return {}, None
         if among is None or not kept:
-            return kept
+            return kept, cost
         theirs = self.lists(sorted(kept), direction, types)
         kinds = self.types_of(sorted(kept))
         return {c: (a, d, theirs.get(c, set()) & among) for c, (a, d, _) in kept.items()
-                if kinds.get(c) == of_type and passes(len(theirs.get(c, set()) & among), d, 0, *need)}
+                if kinds.get(c) == of_type
+                and passes(len(theirs.get(c, set()) & among), d, 0, *need)}, cost
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = [row for direction in (("out", "in") if direction == "both" else (direction,))

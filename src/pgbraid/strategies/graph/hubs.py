@@ -112,32 +112,50 @@ def window(need: list[int], beyond: int, unread: int) -> tuple[int, int] | None:
 
 @dataclass
 class HubSearch:
-    """The state of one seed's hub rounds: what was read, what it cost, the verdict."""
+    """The state of one seed's hub rounds: what was read, what it cost, the verdict.
+
+    ``edges_read`` counts every edge a round reads: the hub lists (each round reads its
+    prefix again) and the kept candidates' own edges (their exact scores)."""
 
     order: list[int]                 # hubs, smallest first
     budget: int
     degrees: dict[int, int]
-    read: int = 0                    # hubs whose lists were read
+    read: int = 0                    # hubs whose lists the last round read
     edges_read: int = 0
+    hub_edges_read: int = 0
     rounds: int = 0
+    pending: bool = False            # the last round's candidates are not all scored
     certified: bool = False
     stopped: str = ""
     threshold: float | None = None
     bound: float | None = None
-    tallied: int = 0
     verified: int = 0
-    seen: set[int] = field(default_factory=set)
 
-    def next_round(self) -> int | None:
-        """How many hubs the next round reads (cumulatively), or None when the budget
-        would be exceeded."""
-        read = self.read + 1
-        cost = sum(self.degrees[z] for z in self.order[:read])
+    def prefix(self, read: int) -> int:
+        return sum(self.degrees[z] for z in self.order[:read])
+
+    def start(self, read: int) -> int | None:
+        """Begin a round over the ``read`` smallest hubs: the most edges its candidates
+        may cost to score (else the round only tallies, and the next reads one hub
+        more: that costs less than scoring so many), or None when the budget does not allow the round."""
+        cost = self.prefix(read)
         if self.edges_read + cost > self.budget:
-            self.stopped = (f"the budget of {self.budget:,} hub edges read would be exceeded "
-                            f"by reading the {read} smallest hubs ({cost:,} edges)")
+            self.stopped = (f"the budget of {self.budget:,} edges read would be exceeded by "
+                            f"reading the {read} smallest hubs ({cost:,} edges) after "
+                            f"{self.edges_read:,}")
             return None
         self.edges_read += cost
+        self.hub_edges_read += cost
         self.rounds += 1
         self.read = read
-        return read
+        left = self.budget - self.edges_read
+        if read == len(self.order) or self.edges_read + self.prefix(read + 1) > self.budget:
+            return left
+        # scoring may cost what the next round would read again, or a quarter of what is left
+        return min(left, max(self.prefix(read + 1), left // 2))
+
+    def scored(self, cost: int | None) -> None:
+        """The round's candidates were scored at ``cost`` edges (None: they would cost more
+        than it could afford, and were not)."""
+        self.pending = cost is None
+        self.edges_read += cost or 0

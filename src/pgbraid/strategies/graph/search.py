@@ -51,7 +51,7 @@ MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
 SIMILAR_FANOUT = 1_000    # a neighbour with more edges is a hub; ATT&CK's busiest technique has 498
 NEIGHBOUR_FANOUT = 100    # per walked vertex
-HUB_BUDGET = 250_000      # hub edges read by similar's certificate (hubs.py)
+HUB_BUDGET = 500_000      # hub edges read by similar's certificate (hubs.py)
 
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score

@@ -50,9 +50,15 @@ class Adjacency(Protocol):
         """Each id's distinct neighbours along ``direction`` (reads every edge)."""
 
     def tally(self, hubs: list[int], direction: str, types: list[str], unread: int,
-              need: tuple[list[int], int]) -> dict[int, tuple[int, int]]:
+              need: tuple[list[int], int], afford: int, among: set[int] | None = None,
+              of_type: str | None = None) -> tuple[dict[int, tuple], int | None]:
         """The vertices with some of ``hubs`` among their neighbours along ``direction``:
-        how many of them (a) and their degree (D), kept when ``hubs.passes``."""
+        c -> (how many of them, a; c's degree, D; None), kept when ``hubs.passes``, and
+        the sum of their degrees (the edges scoring them reads). With ``among`` (the
+        seed's neighbours; only when D is c's neighbour count) each kept c of vertex
+        type ``of_type`` is scored too: (a, D, N(c) & among), kept when it still passes
+        with its exact shared count. Nothing is kept (cost None) when the degrees add
+        up to more than ``afford``."""
 
     def heaviest(self, ids: list[int], direction: str, types: list[str],
                  cap: int) -> dict[int, list[tuple[int, str]]]:
@@ -163,23 +169,39 @@ def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, in
     while True:
         t = scorer.threshold()
         search.threshold, search.bound = t, bound.unseen(search.read)
-        if search.read == len(order) or (t is not None and search.bound < t * (1 - SLACK)):
+        if not search.pending and (search.read == len(order) or (
+                t is not None and search.bound < t * (1 - SLACK))):
             search.certified = True
             return search
-        read = search.next_round()
-        if read is None:
+        afford = search.start(search.read + 1) if search.read < len(order) else None
+        last = afford is None and search.pending
+        if last:  # no further round: score this one's candidates, if the budget allows
+            afford = search.start(search.read)
+        if afford is None:
             return search
-        unread = len(order) - read
-        floor = bound.unseen(read)  # enough if this round certifies; else the next re-reads
-        need = bound.need(max(scorer.threshold() or 0.0, floor))
-        if exact:  # the engine scores what it keeps: a kept candidate's degree is exact
-            kept = adj.tally(order[:read], q.direction, q.types, unread, need, scorer.mine,
-                             q.candidate_type)
+        _round(adj, q, scorer, bound, search, afford, exact)
+        if search.pending and (last or search.read == len(order)):
+            search.stopped = "scoring the candidates kept would exceed the budget"
+            return search
+
+
+def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: HubSearch,
+           afford: int, exact: bool) -> None:
+    """One round: tally the hubs read, score what can still enter the top k."""
+    read, unread = search.read, len(search.order) - search.read
+    floor = bound.unseen(read)  # enough if this round certifies; else the next re-reads
+    need = bound.need(max(scorer.threshold() or 0.0, floor))
+    if exact:  # the engine scores what it keeps: a kept candidate's degree is exact
+        kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford,
+                               scorer.mine, q.candidate_type)
+        search.scored(cost)
+        if cost is not None:
             search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in kept.items()})
-        else:
-            kept = adj.tally(order[:read], q.direction, q.types, unread, need)
-            _verify_best_first(scorer, bound, kept, unread, floor, search)
-        search.tallied = len(kept)
+        return
+    kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford)
+    search.scored(cost)
+    if cost is not None:
+        _verify_best_first(scorer, bound, kept, unread, floor, search)
 
 
 def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple[int, int]],
