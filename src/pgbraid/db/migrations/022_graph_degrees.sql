@@ -38,8 +38,8 @@ CREATE FUNCTION pgbraid.edges_counted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     ends_tenant text[] := '{}'; ends_pipeline bigint[] := '{}'; ends_vertex bigint[] := '{}';
     ends_type text[] := '{}'; ends_out boolean[] := '{}'; ends_delta bigint[] := '{}';
-    tenants text[]; pipelines bigint[]; vertices bigint[]; types text[]; outgoing boolean[];
-    deltas bigint[];
+    net_tenant text[]; net_pipeline bigint[]; net_vertex bigint[]; net_type text[];
+    net_out boolean[]; net_delta bigint[];
 BEGIN
     -- Both ends of the statement's edges: +1 for each new row, -1 for each old one.
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
@@ -66,31 +66,31 @@ BEGIN
     SELECT array_agg(c.tenant_id ORDER BY c.p, c.v, c.t, c.o), array_agg(c.p ORDER BY c.p, c.v, c.t, c.o),
            array_agg(c.v ORDER BY c.p, c.v, c.t, c.o), array_agg(c.t ORDER BY c.p, c.v, c.t, c.o),
            array_agg(c.o ORDER BY c.p, c.v, c.t, c.o), array_agg(c.n ORDER BY c.p, c.v, c.t, c.o)
-      INTO tenants, pipelines, vertices, types, outgoing, deltas
+      INTO net_tenant, net_pipeline, net_vertex, net_type, net_out, net_delta
       FROM (SELECT min(e.tenant_id) AS tenant_id, e.p, e.v, e.t, e.o, sum(e.n) AS n
               FROM unnest(ends_tenant, ends_pipeline, ends_vertex, ends_type, ends_out, ends_delta)
                    AS e(tenant_id, p, v, t, o, n)
              GROUP BY e.p, e.v, e.t, e.o HAVING sum(e.n) <> 0) c;
-    IF deltas IS NULL THEN
+    IF net_delta IS NULL THEN
         RETURN NULL;
     END IF;
     -- Fewer edges: lock in key order, then subtract (a row already gone, its pipeline
     -- being deleted in this statement, stays gone); a row reaching 0 is deleted.
     PERFORM 1 FROM pgbraid.vertex_degrees g
-      JOIN unnest(pipelines, vertices, types, outgoing, deltas) AS d(p, v, t, o, n)
+      JOIN unnest(net_pipeline, net_vertex, net_type, net_out, net_delta) AS d(p, v, t, o, n)
         ON (g.pipeline_id, g.vertex, g.type, g.outgoing) = (d.p, d.v, d.t, d.o)
      WHERE d.n < 0 ORDER BY g.pipeline_id, g.vertex, g.type, g.outgoing FOR UPDATE OF g;
     DELETE FROM pgbraid.vertex_degrees g
-     USING unnest(pipelines, vertices, types, outgoing, deltas) AS d(p, v, t, o, n)
+     USING unnest(net_pipeline, net_vertex, net_type, net_out, net_delta) AS d(p, v, t, o, n)
      WHERE (g.pipeline_id, g.vertex, g.type, g.outgoing) = (d.p, d.v, d.t, d.o)
        AND d.n < 0 AND g.edges + d.n <= 0;
     UPDATE pgbraid.vertex_degrees g SET edges = g.edges + d.n
-      FROM unnest(pipelines, vertices, types, outgoing, deltas) AS d(p, v, t, o, n)
+      FROM unnest(net_pipeline, net_vertex, net_type, net_out, net_delta) AS d(p, v, t, o, n)
      WHERE (g.pipeline_id, g.vertex, g.type, g.outgoing) = (d.p, d.v, d.t, d.o) AND d.n < 0;
     -- More edges: added under the row's lock, in key order.
     INSERT INTO pgbraid.vertex_degrees AS g (tenant_id, pipeline_id, vertex, type, outgoing, edges)
     SELECT d.tenant, d.p, d.v, d.t, d.o, d.n
-      FROM unnest(tenants, pipelines, vertices, types, outgoing, deltas) WITH ORDINALITY
+      FROM unnest(net_tenant, net_pipeline, net_vertex, net_type, net_out, net_delta) WITH ORDINALITY
            AS d(tenant, p, v, t, o, n, i)
      WHERE d.n > 0 ORDER BY d.i
     ON CONFLICT (pipeline_id, vertex, type, outgoing) DO UPDATE SET edges = g.edges + EXCLUDED.edges;

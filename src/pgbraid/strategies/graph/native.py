@@ -80,6 +80,9 @@ WHERE cost.edges <= %(afford)s AND least(coalesce(cardinality(m.shared), 0), k.d
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
              f" FROM ({_ENDS}) x GROUP BY x.v")
+_PROFILES_OF_TYPE = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n ="
+                     f" ANY(%(among)s)) FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.id = x.n"
+                     " WHERE nv.type = %(nt)s GROUP BY x.v")
 
 # The cap + 1 heaviest edges of each vertex: per type and direction an ordered,
 # limited index scan, then the best cap + 1 of those.

@@ -7,9 +7,10 @@ exact (case-insensitive), then trigram similarity; the trace says which.
 ``mode: similar``: entities sharing neighbours with the seed along
 ``params.edge_type`` (e.g. group -uses-> technique), optionally only neighbours
 of ``params.neighbour_type``; a neighbour with more than ``params.max_fanout``
-(default 1,000) edges is a hub, through which no candidates are generated (it
-still counts in every candidate's score; hubs are named in the trace), ranked
-by ``params.measure``:
+(default 1,000) edges is a hub, whose list is read only as far as proving that no
+candidate sharing only hubs is missing needs (``hubs.py``; the trace's ``hubs``
+says what was read and whether the answer is certified exact, within
+``params.hub_budget`` edges), ranked by ``params.measure``:
     jaccard     |N(s) ∩ N(c)| / |N(s) ∪ N(c)|
     cosine      |N(s) ∩ N(c)| / sqrt(|N(s)| · |N(c)|)
     adamic-adar Σ over shared z of 1 / ln(deg(z))
@@ -108,11 +109,12 @@ PARAMS = (
           "similar)", rule="the seed's type"),
     Param("hops", "integer", 2, "how far the walk goes (mode neighbours)", low=1, high=3),
     Param("max_fanout", "integer", None, "neighbours: edges followed out of each vertex, "
-          "heaviest first; similar: a neighbour with more edges is a hub, not followed",
+          "heaviest first; similar: a neighbour with more edges is a hub, read smallest first and only "
+          "as far as proving the answer needs",
           low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
-    Param("hub_budget", "integer", HUB_BUDGET, "similar: the most hub edges read to prove "
-          "that no candidate sharing only hubs with the seed is missing; past it the answer "
-          "is said not certified exact", low=0, high=100_000_000),
+    Param("hub_budget", "integer", HUB_BUDGET, "similar: the most edges read (hub lists and "
+          "the candidates found in them) to prove that no candidate sharing only hubs with the "
+          "seed is missing; past it the trace says not certified exact", low=0, high=100_000_000),
     Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
           choices=("pgbraid", "age")),
 )
@@ -264,15 +266,16 @@ def _hub_trace(search, name: dict[int, str], question) -> dict[str, Any]:
     t = "none yet" if search.threshold is None else f"{search.threshold:.6f}"
     read = search.order[:search.read]
     trace = {"certified_exact": search.certified, "hubs": [name[z] for z in search.order],
-             "hubs_read": [name[z] for z in read], "hub_edges_read": search.edges_read,
+             "hubs_read": [name[z] for z in read], "hub_edges_read": search.hub_edges_read,
+             "edges_read": search.edges_read,
              "rounds": search.rounds, "candidates_verified": search.verified,
              "budget": search.budget, "kth_best": search.threshold,
              "unseen_bound": round(search.bound, 6)}
     if search.certified:
         trace["bound"] = (f"a candidate in none of the {len(read)} hub lists read shares only "
                           f"the other {len(search.order) - len(read)} hubs: "
-                          f"{_BOUNDS[question.measure]} = {search.bound:.6f} < the "
-                          f"{question.want}th best {t}" if len(read) < len(search.order) else
+                          f"{_BOUNDS[question.measure]} = {search.bound:.6f} < the k-th best "
+                          f"score {t} (k = {question.want})" if len(read) < len(search.order) else
                           "every hub's list was read: no candidate was left out")
         trace["note"] = "certified exact: no candidate sharing only hubs can enter the answer"
     else:
