@@ -67,6 +67,18 @@ def test_the_default_answer_next_to_hubs_is_the_exact_one(client, hubs, measure)
         assert [e["key"] for e in details["entities"][:3]] == ["t0", "t1", "t2"]
 
 
+@pytest.mark.parametrize("measure", ["jaccard", "adamic-adar"])
+def test_exact_too_when_a_stored_degree_only_bounds_the_neighbour_count(client, hubs, measure):
+    """With neighbour_type a candidate's stored degree is an upper bound on its
+    neighbours of that type: the engine tallies, walks.py scores best first."""
+    name, ref = hubs
+    details = similar(client, name, measure=measure, neighbour_type="hub")
+    expected = [(v.split(":", 1)[1], round(score, 6)) for v, score, _ in
+                ref.similar("n:s", {"to"}, measure=measure, neighbour_type="hub")[:10]]
+    assert [(e["key"], e["score"]) for e in details["entities"]] == expected
+    assert details["hubs"]["certified_exact"] is True
+
+
 def test_the_trace_says_which_hubs_were_read_and_why_the_answer_is_exact(client, hubs):
     name, _ = hubs
     details = similar(client, name)
