@@ -200,3 +200,18 @@ def test_two_concurrent_writers_lose_no_edge_count(client, pipeline):
                             " v.id = g.vertex WHERE v.key = 'hub' AND v.pipeline_id = g.pipeline_id"
                             " AND NOT g.outgoing AND g.pipeline_id = (SELECT id FROM pgbraid.pipelines"
                             " WHERE name = %s)", (pipeline,)).fetchone() == (40,)
+
+
+def test_one_vertex_type_needs_no_type_lookup_and_stays_exact(client, pipeline):
+    """Every vertex is of the seed's type (the pipeline knows no other): candidates are
+    not looked up for their type, and the answer is still the reference's."""
+    edges = ([("n", "s", "to", "n", h) for h in ("h1", "h2", "m")]
+             + [("n", f"c{i}", "to", "n", f"h{1 + i % 2}") for i in range(8)]
+             + [("n", "c9", "to", "n", "h1"), ("n", "c9", "to", "n", "h2"), ("n", "c8", "to", "n", "m")])
+    keys = sorted({e[1] for e in edges} | {e[4] for e in edges})
+    client.load_graph_records(pipeline, [("n", k, k, []) for k in keys], edges)
+    details = similar(client, pipeline, max_fanout=3, k=4)
+    expected = [(v.split(":", 1)[1], round(score, 6)) for v, score, _ in
+                Reference(edges).similar("n:s", {"to"})[:4]]
+    assert [(e["key"], e["score"]) for e in details["entities"]] == expected
+    assert details["entities"][0]["key"] == "c9" and details["hubs"]["certified_exact"]

@@ -331,9 +331,9 @@ class Age:
         if among is None or not kept:
             return kept, cost
         theirs = self.lists(sorted(kept), direction, types)
-        kinds = self.types_of(sorted(kept))
+        kinds = self.types_of(sorted(kept)) if of_type is not None else {}
         return {c: (a, d, theirs.get(c, set()) & among) for c, (a, d, _) in kept.items()
-                if kinds.get(c) == of_type
+                if of_type is None or kinds.get(c) == of_type
                 and passes(len(theirs.get(c, set()) & among), d, 0, *need)}, cost
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:

@@ -75,7 +75,8 @@ _SCORED = """SELECT k.c, k.a, k.d, m.shared, NULL::bigint FROM kept k, cost CROS
         SELECT e.src FROM pgbraid.edges e WHERE %(cin)s AND e.pipeline_id = %(p)s
            AND e.dst = k.c AND e.type = %(type)s) x) m
 WHERE cost.edges <= %(afford)s AND least(coalesce(cardinality(m.shared), 0), k.d) >= coalesce((%(need)s::int[])[k.d], %(beyond)s)
-  AND EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.id = k.c AND v.type = %(ct)s)"""
+  AND (%(ct)s::text IS NULL
+       OR EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.id = k.c AND v.type = %(ct)s))"""
 
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"

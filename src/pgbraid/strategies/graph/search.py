@@ -161,7 +161,7 @@ class Graph(Strategy):
                                    "seed_resolved_by": how, "edge_types": types, "direction": direction}
         adj = self._adjacency(conn, pipeline, request, context, details)
         answer = _similar if mode == "similar" else _neighbours
-        entities = answer(adj, conn, seed, types, direction, request, details)
+        entities = answer(adj, conn, seed, types, direction, request, details, known["vertices"])
         entities = entities[:k]
         details["entities"] = entities
         if not entities:
@@ -223,12 +223,13 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
     return rows[0], how
 
 
-def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
+def _similar(adj, conn, seed, types, direction, request, details, kinds) -> list[dict]:
     measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
     budget = _DECLARED["hub_budget"].value(request.params)
+    kind = request.params.get("candidate_type", seed["type"])
     question = walks.Question(seed["id"], types, direction, request.params.get("neighbour_type"),
-                              request.params.get("candidate_type", seed["type"]), measure,
+                              None if kinds == [kind] else kind, measure,
                               _want(request))
     scored, hubs, search = walks.similar(adj, question, cap=cap, budget=budget)
     considered = len(scored)
@@ -289,7 +290,7 @@ def _want(request: SearchRequest) -> int:
     return _DECLARED["k"].value(request.params) + _DECLARED["offset"].value(request.params)
 
 
-def _neighbours(adj, conn, seed, types, direction, request, details) -> list[dict]:
+def _neighbours(adj, conn, seed, types, direction, request, details, kinds) -> list[dict]:
     hops = request.params.get("hops", 2)
     cap = request.params.get("max_fanout", NEIGHBOUR_FANOUT)
     rows, capped = walks.neighbours(adj, seed["id"], types, direction, hops=hops, cap=cap)

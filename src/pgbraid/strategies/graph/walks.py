@@ -88,7 +88,7 @@ class Question:
     types: list[str]
     direction: str
     neighbour_type: str | None
-    candidate_type: str
+    candidate_type: str | None   # None: every vertex is of the seed's type (no lookup)
     measure: str
     want: int
 
@@ -220,7 +220,10 @@ def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple[int,
         size *= 2
 
 
-def _of_type(adj: Adjacency, found: set[int], candidate_type: str) -> list[int]:
+def _of_type(adj: Adjacency, found: set[int], candidate_type: str | None) -> list[int]:
+    """The vertices of the candidate type (None: the pipeline has no other)."""
+    if candidate_type is None:
+        return sorted(found)
     kinds = adj.types_of(sorted(found)) if found else {}
     return sorted(c for c in found if kinds.get(c) == candidate_type)
 
