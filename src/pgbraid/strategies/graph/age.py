@@ -309,8 +309,8 @@ class Age:
 
     def degrees(self, ids, direction, types) -> dict[int, int]:
         found: dict[int, int] = {}
-        for direction in (("out", "in") if direction == "both" else (direction,)):
-            for v, n in self._match("counts", ids, direction, types):
+        for way in (("out", "in") if direction == "both" else (direction,)):
+            for v, n in self._match("counts", ids, way, types):
                 found[v] = found.get(v, 0) + n
         return found
 

@@ -21,7 +21,7 @@ trace says it is not.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SLACK = 1e-9        # a bound this close to t is kept: float rounding must not drop a tie
 NEVER = 2**31 - 1   # "no shared count is enough" in a need table
