@@ -1,6 +1,6 @@
 """The graph questions, answered the same way over either engine's adjacency.
 
-An ``Adjacency`` answers four lookups over a pipeline's edges (pgbraid's own SQL
+An ``Adjacency`` answers a few batched lookups over a pipeline's edges (pgbraid's own SQL
 in ``native``, Cypher over an Apache AGE mirror in ``age``); ``similar`` and
 ``neighbours`` here turn them into entities, so both engines give the same
 entities, scores, evidence and trace by construction.
@@ -204,13 +204,14 @@ def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: H
         _verify_best_first(scorer, bound, kept, unread, floor, search)
 
 
-def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple[int, int]],
+def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple],
                        unread: int, floor: float, search: HubSearch) -> None:
     """Score the tallied candidates most promising first: each batch can raise the k-th
     best score, and what can no longer reach it is dropped unread."""
     def best(c: int) -> float:
         a, degree, _ = kept[c]
-        return bound.pair(min(a + unread, degree), degree)
+        x = min(a + unread, degree)
+        return bound.pair(x, degree if bound.exact else x)
     waiting = sorted((c for c in kept if c not in scorer.done), key=lambda c: (-best(c), c))
     size = max(4 * scorer.q.want, 64)
     while waiting:
