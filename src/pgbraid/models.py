@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import reprlib
@@ -93,8 +94,8 @@ class SearchRequest(Frozen):
     def _as_of(cls, value: Any) -> datetime | None:
         try:
             return parse_as_of(value)
-        except InvalidRequest as exc:
-            raise ValueError(exc.message) from exc
+        except InvalidRequest as exc:  # the field's name leads the message once, not twice
+            raise ValueError(exc.message.removeprefix("as_of ")) from exc
 
     @field_validator("cursor")
     @classmethod
@@ -194,7 +195,10 @@ _REPR.maxstring = _REPR.maxother = 60
 
 
 def shown(value: Any) -> str:
-    """A short repr() of a caller's value for an error message (never its whole size)."""
+    """A short repr() of a caller's value for an error message (never its whole size);
+    true, false and null as JSON spells them (most values arrive as JSON)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
     try:
         return _REPR.repr(value)
     except ValueError:  # an int too long to print

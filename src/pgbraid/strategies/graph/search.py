@@ -147,9 +147,13 @@ class Graph(Strategy):
         known = _known_types(conn, pipeline.id)
         types = _types(request) or known["edges"]
         unknown = [t for t in types if t not in known["edges"]]
-        if unknown or not types:
-            raise InvalidRequest(f"unknown edge type(s) {unknown or types}; this pipeline has "
-                                 f"{known['edges'] or 'no edges'}", field="edge_types")
+        if not known["edges"]:
+            raise InvalidRequest("this pipeline has no edges yet: load vertices and edges first "
+                                 "(POST /pipelines/{p}/graph, client.load_graph)",
+                                 field="edge_types")
+        if unknown:
+            raise InvalidRequest(f"unknown edge type(s) {', '.join(map(shown, unknown))}; this "
+                                 f"pipeline has {', '.join(known['edges'])}", field="edge_types")
         for key in ("seed_type", "neighbour_type", "candidate_type"):
             value = request.params.get(key)
             if value is not None and value not in known["vertices"]:
