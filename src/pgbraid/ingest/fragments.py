@@ -33,14 +33,17 @@ if TYPE_CHECKING:
     from .prepare import Prepared
 
 # Per piece, in order: the fulltext tsvector (as text: its input form is exact), and
-# BM25's length, lexemes and their frequencies from the code-expanded text.
+# BM25's length, lexemes and their frequencies from the code-expanded text, the last
+# two also as text (the rows' COPY sends them so: psycopg's array dumper, in Python,
+# took a quarter of the writer's CPU).
 _ANALYSE = """
 SELECT CASE WHEN %(fulltext)s THEN
            (setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
             || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
             || setweight(to_tsvector(x.c, x.b), 'C'))::text
        END,
-       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}')
+       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'),
+       coalesce(b.terms, '{}')::text, coalesce(b.tfs, '{}')::text
 FROM unnest(%(configs)s::regconfig[], %(titles)s::text[], %(sections)s::text[],
             %(bodies)s::text[], %(bm25)s::text[]) WITH ORDINALITY AS x(c, t, s, b, m, n)
 CROSS JOIN LATERAL (
@@ -94,9 +97,10 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
     }
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(_ANALYSE, params).fetchall()
-    for (_, piece), (tsv, length, terms, tfs) in zip(pieces, rows):
+    for (_, piece), (tsv, length, terms, tfs, *forward) in zip(pieces, rows):
         piece.tsv = tsv
         piece.bm25 = (length, terms, tfs)
+        piece.forward = tuple(forward)
 
 
 def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
@@ -104,7 +108,8 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
     """The row of piece ``ordinal`` of (document row, version row, version number), of a
     ``quarantined`` document or not."""
     doc, piece = prepared.doc, prepared.pieces[ordinal]
-    length, terms, tfs = piece.bm25
+    length = piece.bm25[0]
+    terms, tfs = piece.forward
     return {"pipeline_id": pipeline.id, "document_id": owners[0], "version_id": owners[1],
             "version": owners[2], "ordinal": ordinal, "section": piece.section,
             "body": piece.text, "language": piece.config, "ts_config": piece.config,

@@ -3,12 +3,21 @@
 py3langid is restricted to the languages PostgreSQL has a Snowball (or hunspell-free
 built-in) configuration for. Text in a script none of them uses (CJK, Thai, ...) gets
 ``simple``: lower-cased, no stemming. Short or unsure text falls back to a default.
+
+``detect_many`` classifies a batch at once: py3langid walks its byte automaton in
+Python, one byte at a time (0.4 ms for a document's 400 characters, 40% of lexical
+ingestion's Python time); here the walk steps every text of the batch together in
+numpy, and each text is then scored exactly as py3langid scores it (same features in
+the same order, same arithmetic: tests/test_language.py compares the two).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import unicodedata
+
+import numpy as np
 
 # ISO 639-1 -> PostgreSQL text search configuration (all built into PostgreSQL 18).
 CONFIGS = {
@@ -24,6 +33,7 @@ _UNSUPPORTED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI", "LAO", 
                         "MYANMAR", "ETHIOPIC", "GEORGIAN", "TIBETAN", "SINHALA", "BENGALI")
 _lock = threading.Lock()
 _loaded: list = []
+_arrays: dict[int, tuple] = {}  # id of a loaded model -> its automaton as arrays (_tables)
 
 
 def _identifier():
@@ -63,11 +73,93 @@ def _unsupported_script(text: str) -> bool:
 
 def detect(text: str, *, default: str, min_confidence: float = 0.9, min_words: int = 3) -> str:
     """The text-search configuration for text, or default when detection is unsure."""
-    if _unsupported_script(text):
-        return "simple"
-    if len(text.split()) < min_words:
-        return default
-    code, confidence = _identifier().classify(text[:4000])
-    if confidence < min_confidence:
-        return default
-    return CONFIGS.get(code, default)
+    return detect_many([text], default=default, min_confidence=min_confidence,
+                       min_words=min_words)[0]
+
+
+def detect_many(texts: list[str], *, default: str, min_confidence: float = 0.9,
+                min_words: int = 3) -> list[str]:
+    """``detect`` of each text, the model run over all of them at once."""
+    found: list[str] = [default] * len(texts)
+    todo = []
+    for i, text in enumerate(texts):
+        if _unsupported_script(text):
+            found[i] = "simple"
+        elif len(text.split()) >= min_words:
+            todo.append(i)
+    for i, (code, confidence) in zip(todo, classify_many([texts[i][:4000] for i in todo])):
+        if confidence >= min_confidence:
+            found[i] = CONFIGS.get(code, default)
+    return found
+
+
+def classify_many(texts: list[str]) -> list[tuple[str, float]]:
+    """py3langid's ``classify`` (language, confidence) of each text."""
+    if not texts:
+        return []
+    model = _identifier()
+    encoded = [_encode(text) for text in texts]
+    return [_classify(model, features, len(data))
+            for features, data in zip(_features(model, encoded), encoded)]
+
+
+def _encode(text: str) -> bytes:
+    """The bytes py3langid walks (LanguageIdentifier._encode, for a str)."""
+    if text.isupper():
+        text = text.lower()
+    return unicodedata.normalize("NFC", text).encode("utf8", errors="surrogatepass")
+
+
+def _tables(model) -> tuple[np.ndarray, ...]:
+    """The model as arrays: its automaton (next state, row offset, feature of a state)
+    and its feature weights as float32 (what numpy casts the float16 table to for
+    py3langid's ``counts @ table[features]``, done once)."""
+    tables = _arrays.get(id(model))
+    if tables is None:
+        tables = (np.frombuffer(model.tk_nextmove, dtype=np.uint32).astype(np.int64),
+                  np.asarray(model._rowbase, dtype=np.int64),
+                  np.asarray(model.tk_output, dtype=np.int64),
+                  model.nb_ptc.astype(np.float32))
+        _arrays[id(model)] = tables
+    return tables
+
+
+def _features(model, encoded: list[bytes]) -> list[np.ndarray]:
+    """The features each text's walk emits, in the order it emits them: every text's
+    automaton advanced one byte per step together (the padding past a text's end is
+    walked but dropped)."""
+    nextmove, rowbase, output, _ = _tables(model)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    width = int(lengths.max()) if len(encoded) else 0
+    data = np.zeros((len(encoded), width), dtype=np.int64)
+    for row, text in zip(data, encoded):
+        row[:len(text)] = np.frombuffer(text, dtype=np.uint8)
+    states = np.empty_like(data)
+    state = np.zeros(len(encoded), dtype=np.int64)
+    for step in range(width):
+        state = nextmove[rowbase[state] + data[:, step]]
+        states[:, step] = state
+    emitted = output[states]
+    keep = (emitted >= 0) & (np.arange(width) < lengths[:, None])
+    return [row[mask] for row, mask in zip(emitted, keep)]
+
+
+def _classify(model, features: np.ndarray, size: int) -> tuple[str, float]:
+    """LanguageIdentifier.classify with norm_probs, from the walk's features (the
+    sparse score of a Counter of them: keys in first-emitted order)."""
+    if len(features):
+        unique, first, counts = np.unique(features, return_index=True, return_counts=True)
+        order = np.argsort(first)
+        weights = _tables(model)[3]
+        scores = (np.log1p(counts[order].astype(np.float32)) @ weights[unique[order]]
+                  + model.nb_pc)
+    else:
+        scores = np.zeros(len(model.nb_classes), dtype=np.float32)
+    scores *= 1.0 / math.sqrt(size or 1)
+    np.exp(scores - scores.max(), out=scores)
+    scores /= scores.sum()
+    for i, j in model._alias_pairs:
+        scores[i] += scores[j]
+        scores[j] = 0.0
+    best = int(scores.argmax())
+    return model.nb_classes[best], float(scores[best])
