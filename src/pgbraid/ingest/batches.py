@@ -34,8 +34,9 @@ from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
 
 LEXICAL_BATCH = 2048  # documents a batch without an embedder (fewer segments, postings rows, merges)
 EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
-# Unless a batch size is given, batches grow from an eighth of it, doubling: the first
-# batch is prepared with nothing to overlap, so it is kept small.
+# Unless a batch size is given, lexical batches grow from an eighth of it, doubling: the
+# first batch is prepared with nothing to overlap, so it is kept small. (Embedded ones
+# do not: the model is the bottleneck either way, and runs best on full batches.)
 RAMP = 8
 BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
 
@@ -117,7 +118,7 @@ def ingest(session: Callable, pipeline: Pipeline,
         bm25_index.ensure_stats(conn, pipeline.id)
         call = Call(bm25_index.next_segment(conn, pipeline.id))
     size = batch_size or (EMBEDDED_BATCH if embedder else LEXICAL_BATCH)
-    first = size if batch_size else max(1, size // RAMP)
+    first = size if batch_size or embedder else max(1, size // RAMP)
     report = IngestReport()
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import psycopg
@@ -254,11 +255,11 @@ def _pack(pending: Pending) -> dict[str, list]:
     total = int(sizes.sum())
     if not total:
         return {"terms": []}
-    ids: dict[str, int] = {}
-    term_of = np.fromiter((ids.setdefault(t, len(ids)) for row in pending.terms for t in row),
+    ids = bm25_merge.numbered(chain.from_iterable(pending.terms))
+    term_of = np.fromiter(map(ids.__getitem__, chain.from_iterable(pending.terms)),
                           dtype=np.int64, count=total)
-    tfs = np.minimum(np.fromiter((f for row in pending.tfs for f in row), dtype=np.int64,
-                                 count=total), MAX_LENGTH).astype("<u2")
+    tfs = np.minimum(np.fromiter(chain.from_iterable(pending.tfs), dtype=np.int64, count=total),
+                     MAX_LENGTH).astype("<u2")
     ordinals = np.repeat(np.asarray(pending.ordinals, dtype="<i4"), sizes)
     lengths = np.repeat(np.asarray(pending.lengths, dtype="<u2"), sizes)
     return bm25_merge.pack(list(ids), term_of, ordinals, tfs, lengths)
