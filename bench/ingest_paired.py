@@ -11,8 +11,9 @@ the ingesting process's CPU, the bench server's CPU (during the ingest, and
 including the 3 s after it, when autovacuum cleans up) and the load average.
 
 Both must leave the same index: a digest of each pipeline's BM25 statistics, its
-postings per term (in ordinal order, whatever the segments), its forward index and
-fulltext tsvectors, and its versions' languages is compared run by run.
+postings per term (in ordinal order, whatever the segments), its forward index,
+fulltext tsvectors and fuzzy word sets, its fuzzy dictionary and its versions'
+languages is compared run by run.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ ORDER BY term, segment
 """
 _FORWARD = """
 SELECT bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, tsv::text, language, ts_config::text,
-       title, body, section, current
-FROM pgbraid.fragments WHERE pipeline_id = %s ORDER BY bm25_ordinal
+       title, body, section, current, (to_jsonb(f) -> 'word_set')::text  -- (migration 028)
+FROM pgbraid.fragments f WHERE pipeline_id = %s ORDER BY bm25_ordinal
 """
 _VERSIONS = """
 SELECT d.external_id, v.version, v.language, v.content_hash, d.current_version
@@ -74,7 +75,11 @@ def digest(conn, pipeline_id: int) -> dict[str, str]:
         order = np.argsort(ordinals, kind="stable")
         postings.append((term, ordinals[order].tolist(), tfs[order].tolist(),
                          lengths[order].tolist()))
+    words = ("SELECT word FROM pgbraid.fuzzy_words WHERE pipeline_id = %s ORDER BY word"
+             if conn.execute("SELECT to_regclass('pgbraid.fuzzy_words')").fetchone()[0]
+             else "SELECT 1 WHERE %s IS NULL")
     return {"stats": hashed(conn.execute(_STATS, (pipeline_id,))),
+            "dictionary": hashed(conn.execute(words, (pipeline_id,))),
             "postings": hashed(postings), "terms": str(len(postings)),
             "forward": hashed(conn.execute(_FORWARD, (pipeline_id,))),
             "versions": hashed(conn.execute(_VERSIONS, (pipeline_id,)))}
