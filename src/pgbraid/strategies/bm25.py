@@ -273,7 +273,7 @@ class BM25(Strategy):
         details["terms"] = [{"term": t, "qtf": q, "df": df,
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
-        hits, checked, rounds = _verify(conn, ranking, scope, k, context.ends_snapshot)
+        hits, checked, rounds = _verify(conn, ranking, scope, k, ending=context.ends_snapshot)
         matched = ranking.matched([ordinal for _, ordinal in hits])
         hits = [dataclasses.replace(row, matched_terms=names)
                 for (row, _), names in zip(hits, matched)]
@@ -291,7 +291,7 @@ class BM25(Strategy):
 
 
 def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
-            ending: bool) -> tuple[list[tuple[Row, int]], int, int]:
+            ending: bool = False) -> tuple[list[tuple[Row, int]], int, int]:
     """The k best in-scope fragments: candidates in score order, widening each round.
 
     ``ending`` (nothing runs after this strategy) and no metadata filter: the first
