@@ -22,7 +22,7 @@ Query path:
    misses in binary in one statement (bm25_postings);
 3. rank with numpy (bm25_topk): exact top-k, OR semantics, by block-max over
    windows of ordinals (bm25_blockmax: only windows whose bound reaches the
-   k-th best score are scored) once a query holds 250k postings, scoring
+   k-th best score are scored) once a query holds 750k postings, scoring
    every posting below; ``params.pruning`` "blockmax", "maxscore" or "none"
    forces one (all give the same top k and the same scores);
 4. verify the best candidates against the scope (classifications, filters,
@@ -212,7 +212,7 @@ class BM25(Strategy):
                     "Data's pg_textsearch when opted in and installed (auto: pg_search then)",
                     choices=ENGINES),
               Param("pruning", "choice", "auto", "block-max over ordinal windows, MaxScore, or "
-                    "score every posting (all give the same top k; auto: block-max from 250k "
+                    "score every posting (all give the same top k; auto: block-max from 750k "
                     "postings)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
