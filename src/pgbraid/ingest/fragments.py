@@ -28,6 +28,7 @@ from psycopg import sql
 
 from .. import encryption
 from ..pipelines import Pipeline
+from . import dictionary
 
 if TYPE_CHECKING:
     from .prepare import Prepared
@@ -54,7 +55,7 @@ ORDER BY x.n
 COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
            "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
            "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words",
-           "quarantined")
+           "quarantined", "word_set")
 # The stored value of a plain column (encryption.seal_fragments adds them to a row).
 _STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
            "metadata": "stored_metadata"}
@@ -117,8 +118,12 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
            rows: list[dict[str, Any]]) -> list[int]:
     """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
-    without an id (a plain pipeline's) get the column's default."""
+    without an id (a plain pipeline's) get the column's default. Their distinct words
+    (``word_set``) join the pipeline's fuzzy dictionary."""
     stored = stored_fragments(sealing, rows)
+    for piece in stored:
+        piece["word_set"] = encryption.distinct_words(piece["title"], piece["section"],
+                                                      piece["body"]).split()
     columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     stage = sql.Identifier(_STAGE)
@@ -135,6 +140,8 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
             " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+    if stored:
+        dictionary.add(conn, stored[0]["pipeline_id"], (r["word_set"] for r in stored))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 
