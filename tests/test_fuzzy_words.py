@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import pgbraid
-from pgbraid import InvalidRequest, encryption, pipelines
+from pgbraid import encryption, pipelines
 from pgbraid.strategies import fuzzy, fuzzy_words
 
 from .bm25_worker import scifact
@@ -94,12 +94,15 @@ def test_the_dictionary_follows_versions_deletes_and_quarantine(client):
     client.ingest(name, [{"id": "d1", "text": LONG.replace("quokka", "wombat")}])
     assert _words(client, name, "quoka").hits == ()
     assert [h.document_id for h in _words(client, name, "wombta").hits] == ["d1"]
-    # The old version's words stay in the dictionary: as_of (the text method) finds them.
+    # The old version's words stay in the dictionary: as_of finds them, by either method.
     old = client.search(name, "quoka almanac", type="fuzzy", as_of=before.isoformat())
-    assert old.trace.retrievers[0].details["method"] == "text"
+    assert old.trace.retrievers[0].details["method"] == "words"  # auto: as without as_of
     assert [(h.document_id, h.version) for h in old.hits] == [("d1", 1)]
-    with pytest.raises(InvalidRequest, match="method"):
-        _words(client, name, "quoka", as_of=before.isoformat())
+    assert [(h.document_id, h.version) for h in
+            _words(client, name, "quoka", as_of=before.isoformat()).hits] == [("d1", 1)]
+    text = client.search(name, "quoka almanac", type="fuzzy", as_of=before.isoformat(),
+                         params={"method": "text"})
+    assert [(h.document_id, h.version) for h in text.hits] == [("d1", 1)]
     client.quarantine_document(name, "d1", reason="test")
     assert _words(client, name, "wombta").hits == ()
     client.release_document(name, "d1")

@@ -61,7 +61,7 @@ def validate_name(kind: str, name: str) -> str:
 
 class SearchRequest(Frozen):
     query: str
-    type: str = "fulltext"
+    type: str = "auto"
     classification: tuple[str, ...] | None = None
     """What the reader holds (only narrows the principal's); None: the principal's default."""
     params: dict[str, Any] = Field(default_factory=dict)

@@ -28,8 +28,9 @@ for one query at 100k fragments). The words method (strategies/fuzzy_words.py)
 matches each query word against the pipeline's word dictionary instead and scores
 fragments from per-word similarities. ``params.method`` chooses; ``auto`` takes
 words when the fragments in scope are long on average (BM25's statistics of the
-partitions in scope), text for short ones (names) and for ``as_of`` searches (the
-words index holds current fragments only). The trace says which ran.
+partitions in scope), text for short ones (names), whether or not the search is
+``as_of`` (a cursor's later pages search as of the first page's snapshot: they must
+rank as it did). The trace says which ran.
 """
 
 from __future__ import annotations
@@ -97,16 +98,13 @@ class Fuzzy(Strategy):
               Param("method", "choice", "auto", "text: the query against each candidate's "
                     "text and title; words: each query word against the pipeline's word "
                     "dictionary; auto: words when the fragments in scope average "
-                    f"{WORDS_FROM_LENGTH:g} tokens or more (and the search is not as_of)",
+                    f"{WORDS_FROM_LENGTH:g} tokens or more",
                     choices=METHODS))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         if len(request.query) > MAX_QUERY_CHARS:
             raise InvalidRequest(f"fuzzy matches strings of at most {MAX_QUERY_CHARS} characters; "
                                  "use fulltext or bm25 for longer text", field="query")
-        if self.param(request, "method") == "words" and request.as_of is not None:
-            raise InvalidRequest("params.method 'words' searches current versions only; use "
-                                 "'text' or 'auto' with as_of", field="method")
 
     def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
         if "pg_trgm" not in context.extensions:
@@ -142,8 +140,6 @@ class Fuzzy(Strategy):
 def _method(conn: psycopg.Connection, asked: str, scope: Scope) -> str:
     if asked != "auto":
         return asked
-    if scope.as_of is not None:
-        return "text"
     where, params = scope.partitions("p")
     length = conn.execute(sql.SQL(_LENGTH).format(partitions=where), params).fetchone()[0]
     return "words" if length is not None and length >= WORDS_FROM_LENGTH else "text"

@@ -7,8 +7,8 @@ trigram ``similarity`` to it reaches the threshold, served by the dictionary's
 trigram index. There is no limit on an expansion but the similarity, so words of
 fragments a reader cannot see never crowd out the words of those it can. Fragments
 holding an expanded word are found through ``fragments.word_set`` (the fragment's
-distinct words, GIN), only among the current, unquarantined fragments
-in scope. A fragment's score is the mean, over the query words, of the best
+distinct words, GIN over unquarantined fragments), only among the fragments
+in scope (current, or valid at as_of). A fragment's score is the mean, over the query words, of the best
 similarity of any of its own words to that query word (0 when none reaches the
 threshold); it qualifies when the mean reaches the threshold too. Ties go to the
 fragment with fewer words (the closest thing to the text path's whole-text
@@ -96,10 +96,8 @@ def words(query: str) -> list[str]:
 
 def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
            threshold: float) -> list[Row]:
-    """The k best fragments in scope at ``threshold`` (pg_trgm's thresholds set to it);
-    the scope must be a current one (the words index holds current fragments only)."""
-    if scope.as_of is not None:
-        raise ValueError("the word method searches current versions only")
+    """The k best fragments in scope (current or as_of) at ``threshold`` (pg_trgm's
+    thresholds set to it)."""
     where, params = scope.where("f")
     groups: dict[int, dict[str, float]] = {}
     for n, word, sim in conn.execute(sql.SQL(_EXPANSIONS).format(),

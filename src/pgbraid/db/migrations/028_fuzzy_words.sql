@@ -2,7 +2,8 @@
 --
 -- fragments.word_set holds the fragment's distinct lower-cased words, sorted (the
 -- words of encryption.distinct_words, which encrypted pipelines keep as text in
--- fragments.words), with a GIN index over current, unquarantined fragments.
+-- fragments.words), with a GIN index over unquarantined fragments (current or not: as_of
+-- searches and a cursor's later pages use it too).
 -- fuzzy_words holds every word of the pipeline's stored fragments (current or not:
 -- as_of and a quarantine's release bring old ones back), with a trigram index: a
 -- query word is expanded to the dictionary words similar to it, and the GIN index
@@ -53,7 +54,7 @@ ON CONFLICT DO NOTHING;
 -- No pipeline column first (btree_gin) here: the planner then preferred the plain
 -- word index anyway, filtering the pipeline on the heap.
 CREATE INDEX fragments_word_set ON pgbraid.fragments USING gin (word_set)
-    WHERE current AND NOT quarantined;
+    WHERE NOT quarantined;
 
 DO $$
 DECLARE
