@@ -53,7 +53,7 @@ def test_long_code_chunk_explains_which_tokens_over_restrict(client, godot):
                "if Input.is_action_pressed(\"move_right\"): velocity.x += 1 "
                "$AnimatedSprite2D.play() position = position.clamp(Vector2.ZERO, screen_size) "
                "quaternionslerp")
-    response = client.search(godot, snippet, params={"k": 5})
+    response = client.search(godot, snippet, type="fulltext", params={"k": 5})
     assert response.hits == ()
     details = response.trace.retrievers[0].details
     assert details["rows"] == 0
@@ -65,7 +65,7 @@ def test_long_code_chunk_explains_which_tokens_over_restrict(client, godot):
 
 def test_tokens_that_exist_but_never_together_are_named(client, godot):
     # Both words occur in the corpus, never in one fragment.
-    response = client.search(godot, "screen_size quaternion", params={"k": 3})
+    response = client.search(godot, "screen_size quaternion", type="fulltext", params={"k": 3})
     details = response.trace.retrievers[0].details
     assert response.hits == () and details["rows"] == 0
     assert all(n > 0 for n in details["token_document_frequency"].values())
@@ -74,20 +74,20 @@ def test_tokens_that_exist_but_never_together_are_named(client, godot):
 
 
 def test_only_stop_words_is_an_empty_result_with_a_reason(client, godot):
-    response = client.search(godot, "the and of", params={"k": 3})
+    response = client.search(godot, "the and of", type="fulltext", params={"k": 3})
     assert response.hits == ()
     assert "no searchable words" in response.trace.retrievers[0].details["explanation"]
 
 
 def test_websearch_syntax_quotes_and_negation(client, godot):
-    phrase = client.search(godot, '"screen size"', params={"k": 3})
+    phrase = client.search(godot, '"screen size"', type="fulltext", params={"k": 3})
     assert "<->" in phrase.trace.retrievers[0].details["tsquery"]
-    negated = client.search(godot, "AnimatedSprite2D -animation", params={"k": 20})
+    negated = client.search(godot, "AnimatedSprite2D -animation", type="fulltext", params={"k": 20})
     assert all("animation" not in h.page_content.lower() for h in negated.hits)
 
 
 def test_group_by_document_returns_each_document_once(client, godot):
-    response = client.search(godot, "AnimatedSprite2D", params={"k": 5}, group_by="document")
+    response = client.search(godot, "AnimatedSprite2D", type="fulltext", params={"k": 5}, group_by="document")
     ids = [h.document_id for h in response.hits]
     assert len(ids) == len(set(ids)) == 5
 
@@ -95,7 +95,7 @@ def test_group_by_document_returns_each_document_once(client, godot):
 def test_pipeline_without_fulltext_answers_not_enabled(client):
     client.create_pipeline("no-fts", fulltext=False, embedder="none")
     with pytest.raises(NotEnabled):
-        client.search("no-fts", "anything")
+        client.search("no-fts", "anything", type="fulltext")
 
 
 def test_tokens_of_reads_lexemes_with_quotes():
