@@ -128,12 +128,10 @@ class Database:
 
     def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
         if role is None:
-            role = APP_ROLE if self._drop_role else "none"
-        conn.execute(
-            "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
-            " set_config('statement_timeout', %s, true)",
-            (role, tenant, str(self.statement_timeout_ms)),
-        )
+            role = APP_ROLE if self._drop_role else None
+        set_local(conn, {"pgbraid.tenant": tenant,
+                         "statement_timeout": str(self.statement_timeout_ms)},
+                  role=sql.Identifier(role) if role else sql.SQL("NONE"))
 
     @contextmanager
     def snapshot(self, tenant: str) -> Iterator["Snapshot"]:
@@ -212,6 +210,23 @@ def _explicit(conn: psycopg.Connection, begin: str | sql.Composable) -> Iterator
             conn.rollback()
         raise
     conn.commit()
+
+
+def set_local(conn: psycopg.Connection, settings: dict[str, str],
+              role: sql.Composable | None = None) -> None:
+    """``SET LOCAL`` each setting (and the role) for the rest of the transaction, in one
+    round trip. Not ``set_config(..., true)``: on a Citus coordinator only ``SET LOCAL``
+    reaches the workers, and only with ``citus.propagate_set_commands = 'local'`` (a
+    setting a plain server keeps as an unused placeholder). Without it a worker would
+    check row-level security with no tenant (no rows: failing closed) and rank with
+    its default thresholds."""
+    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
+    if role is not None:
+        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
+    statements += [sql.SQL("SET LOCAL {} = {}").format(
+        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
+        for name, value in settings.items()]
+    conn.execute(sql.SQL("; ").join(statements))
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

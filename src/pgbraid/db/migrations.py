@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 
 from ..errors import BackendUnavailable
+from .distribute import distribute, is_coordinator
 
 MIGRATION_LOCK = 0x70676272  # 'pgbr': serialises concurrent connects
 OPTIONAL_EXTENSIONS = ("vector", "pg_trgm", "btree_gin", "unaccent", "fuzzystrmatch")
@@ -69,6 +70,8 @@ def migrate(conn: psycopg.Connection, *, until: int | None = None) -> list[str]:
             )
             applied.append(name)
         _declare_leakproof(conn)
+        if is_coordinator(conn):
+            distribute(conn)
     return applied
 
 

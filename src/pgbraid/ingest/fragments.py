@@ -130,9 +130,14 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
             for row in stored:
                 copy.write_row([_dumpable(name, row[_STORED.get(name, name)])
                                 for name in columns])
+        # FROM the pipeline's bm25_stats row: see bm25_index.ensure_stats (Citus).
         cur.execute(sql.SQL(
-            "INSERT INTO pgbraid.fragments ({names}) SELECT {names} FROM {stage}"
-            " RETURNING id, version_id, ordinal").format(names=names, stage=stage))
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {staged} FROM pgbraid.bm25_stats anchor"
+            " JOIN {stage} s ON s.pipeline_id = anchor.pipeline_id WHERE anchor.pipeline_id = %s"
+            " RETURNING id, version_id, ordinal").format(
+                names=names, stage=stage,
+                staged=sql.SQL(", ").join(sql.Identifier("s", c) for c in columns)),
+            (rows[0]["pipeline_id"],))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]

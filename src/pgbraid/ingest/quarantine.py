@@ -45,10 +45,10 @@ MAX_REASON_CHARS = 1000
 _DOCUMENT = """
 SELECT d.id, d.quarantined, d.quarantine_reason, d.quarantined_at,
        (SELECT v.id FROM pgbraid.versions v
-         WHERE v.document_id = d.id AND v.version = d.current_version) AS current_version
+         WHERE v.pipeline_id = d.pipeline_id AND v.document_id = d.id AND v.version = d.current_version) AS current_version
 FROM pgbraid.documents d
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
-  AND (%(all)s OR EXISTS (SELECT 1 FROM pgbraid.versions v WHERE v.document_id = d.id
+  AND (%(all)s OR EXISTS (SELECT 1 FROM pgbraid.versions v WHERE v.pipeline_id = d.pipeline_id AND v.document_id = d.id
                           AND v.classifications && %(visible)s::text[]))
 FOR UPDATE OF d
 """
@@ -61,7 +61,7 @@ WHERE id = %(document)s RETURNING quarantine_reason, quarantined_at
 _FLAG_FRAGMENTS = "UPDATE pgbraid.fragments SET quarantined = %(on)s WHERE document_id = %(document)s"
 _FLAG_VECTORS = """
 UPDATE pgbraid.embeddings e SET current = NOT %(on)s
-FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND e.fragment_id = f.id
+FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND e.pipeline_id = f.pipeline_id AND e.fragment_id = f.id
 """
 
 

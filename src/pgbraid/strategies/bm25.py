@@ -106,8 +106,8 @@ SELECT {columns}, f.bm25_ordinal AS ordinal
 FROM unnest(%(candidates)s::int[]) WITH ORDINALITY AS c(ordinal, position)
      JOIN pgbraid.fragments f
        ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.bm25_ordinal = c.ordinal
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE {scope}
 ORDER BY c.position
 LIMIT %(k)s

@@ -32,6 +32,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from .. import encryption
+from ..db.database import set_local
 from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
@@ -52,8 +53,8 @@ FROM (SELECT f.id, {score} AS score, {whole} AS whole
       ORDER BY score DESC, whole DESC, f.id
       LIMIT %(k)s) AS c
      JOIN pgbraid.fragments f ON f.id = c.id
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
 # (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
@@ -104,9 +105,8 @@ class Fuzzy(Strategy):
 
 def _search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
             threshold: float, columns: tuple[str, str, str]) -> list[Row]:
-    conn.execute("SELECT set_config('pg_trgm.similarity_threshold', %(t)s, true),"
-                 " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
-                 {"t": str(threshold)})
+    set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
+                     "pg_trgm.word_similarity_threshold": str(threshold)})
     where, params = scope.where("f")
     score, whole, match = columns
     statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
