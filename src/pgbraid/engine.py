@@ -271,6 +271,8 @@ class Engine:
                                    ms=_ms(began))
             return
         except psycopg.Error as exc:  # its SQLSTATE only: no statement or value text
+            if exc.sqlstate is None or exc.sqlstate.startswith("08"):
+                raise  # a lost connection (a Citus worker down): the answer fails, not a leg
             leg.entry = TraceEntry(retriever=strategy.name, status="failed", ms=_ms(began),
                                    reason=f"PostgreSQL error {exc.sqlstate or 'unknown'}")
             return

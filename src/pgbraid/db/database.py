@@ -114,7 +114,8 @@ class Database:
         """One transaction under the tenant's row-level security (as ``role`` when given)."""
         self.open()
         assert self._pool is not None
-        with translate_errors(), self._pool.connection() as conn, conn.transaction():
+        with self._workers_named(), translate_errors(), self._pool.connection() as conn, \
+                conn.transaction():
             self._enter(conn, tenant, role)
             yield conn
 
@@ -140,10 +141,30 @@ class Database:
         sessions can share it (``Snapshot.leg``)."""
         self.open()
         assert self._pool is not None
-        with translate_errors(), self._pool.connection() as conn:
+        with self._workers_named(), translate_errors(), self._pool.connection() as conn:
             with _explicit(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
                 self._enter(conn, tenant)
                 yield Snapshot(self, conn, tenant)
+
+    @contextmanager
+    def _workers_named(self) -> Iterator[None]:
+        """On a Citus coordinator, a lost connection names the workers it cannot reach
+        (by pg_dist_node id: their host and port go to the server's log only)."""
+        try:
+            yield
+        except BackendUnavailable as exc:
+            if "citus" not in self.extensions or not isinstance(exc.__cause__, psycopg.Error):
+                raise
+            down = unreachable_workers(self.dsn)
+            if not down:
+                raise
+            for node, host, port in down:
+                logger.error("Citus worker node %s (%s:%s) is unreachable", node, host, port)
+            named = ", ".join(str(node) for node, _, _ in down)
+            raise BackendUnavailable(
+                f"Citus worker node {named} (pg_dist_node.nodeid) cannot be reached: the "
+                "search was not answered (no partial result)", workers=[n for n, _, _ in down]
+            ) from exc
 
     @contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
@@ -183,6 +204,11 @@ class Snapshot:
         """A session of its own in this snapshot, or None when the pool has none free
         soon (the caller then runs the leg on the main session)."""
         assert self._exported is not None and self.db._pool is not None
+        if "citus" in self.db.extensions:
+            # An imported snapshot is the coordinator's only: each session's workers take
+            # their own. On the main session every leg reads the one worker transaction.
+            yield None
+            return
         try:
             conn = self.db._pool.getconn(timeout=LEG_WAIT_S)
         except PoolTimeout:
@@ -210,6 +236,18 @@ def _explicit(conn: psycopg.Connection, begin: str | sql.Composable) -> Iterator
             conn.rollback()
         raise
     conn.commit()
+
+
+def unreachable_workers(dsn: str) -> list[tuple[int, str, int]]:
+    """The active Citus workers the coordinator at ``dsn`` cannot connect to."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            return conn.execute(
+                "SELECT nodeid, nodename, nodeport FROM pg_dist_node WHERE isactive"
+                " AND groupid <> 0 AND NOT citus_check_connection_to_node(nodename, nodeport)"
+                " ORDER BY nodeid").fetchall()
+    except psycopg.Error:
+        return []  # the coordinator itself is gone: the error says so already
 
 
 def set_local(conn: psycopg.Connection, settings: dict[str, str],

@@ -1,9 +1,10 @@
 """Distributing pgbraid's schema on a Citus coordinator (run by ``migrate`` when the
 ``citus`` extension is installed; a plain server never gets here).
 
-The migrations are the same on every server; this step comes after them and reads
-the catalog, so a table a later migration adds is distributed the next time pgbraid
-connects, with no list to keep up to date:
+The migrations are the same on every server; this step comes after them (on a schema
+distributed already, after each one) and reads the catalog, so a table a later
+migration adds is distributed as soon as that migration has run, with no list to
+keep up to date:
 
 - every table of schema ``pgbraid`` with a ``pipeline_id`` column is distributed by
   it, all co-located (one shard group holds all of a pipeline's rows, so a search or
@@ -19,6 +20,11 @@ not (``fragments.id``, ``versions (document_id, version)``, ...) are rewritten w
 so they stay unique; the constraint is only checked within the pipeline. A unique
 index on expressions or with a predicate cannot be rewritten so: the step refuses
 with the table and index named (write it with ``pipeline_id`` in the migration).
+
+What a migration may not do on Citus: add a foreign key from a new table to a
+distributed one in the migration that creates the table (Citus refuses a foreign key
+from a local table to a distributed one: the migration fails, on the coordinator
+only). Create the table in one migration and add the key in the next.
 
 Row-level security: Citus copies each table's policies to its shards, so the tenant
 policy is checked on the workers, where the rows are (tests/test_citus.py reads a
@@ -43,7 +49,10 @@ SELECT c.relname,
                AND NOT a.attisdropped) AS by_pipeline
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgbraid' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND NOT EXISTS (SELECT 1 FROM pg_dist_partition d WHERE d.logicalrelid = c.oid)
+  -- not Citus's yet, or a Citus local table (a local table Citus converted when a
+  -- foreign key tied it to a reference table)
+  AND NOT EXISTS (SELECT 1 FROM pg_dist_partition d WHERE d.logicalrelid = c.oid
+                  AND NOT (d.partmethod = 'n' AND d.repmodel = 's' AND d.colocationid = 0))
   AND c.relname <> ALL(%s)
 ORDER BY c.relname
 """
@@ -83,6 +92,13 @@ _ACTIONS = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", 
 def is_coordinator(conn: psycopg.Connection) -> bool:
     return bool(conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").fetchone()[0])
+
+
+def is_distributed(conn: psycopg.Connection) -> bool:
+    """Whether pgbraid's schema is distributed already (a database being migrated from
+    scratch is distributed once, after its last migration: tables get pipeline_id along
+    the way, as versions did in 030)."""
+    return _anchor(conn) is not None
 
 
 def distribute(conn: psycopg.Connection) -> list[str]:

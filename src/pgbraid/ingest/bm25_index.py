@@ -92,12 +92,14 @@ WITH gone AS (
     FROM pgbraid.fragments f
     JOIN pgbraid.bm25_partitions p ON p.pipeline_id = f.pipeline_id AND p.classifications = """ \
     + PARTITION_OF + """
-    WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
+    WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s
+      AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
 dead AS (  -- fragments with postings, in the segment holding them (NULL: not flushed yet)
     INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal, segment)
     SELECT %(pipeline)s, g.bm25_partition, g.bm25_ordinal,
            (SELECT s.segment FROM pgbraid.bm25_segments s
-             WHERE s.partition_id = g.bm25_partition AND s.ordinals @> g.bm25_ordinal)
+             WHERE s.pipeline_id = %(pipeline)s AND s.partition_id = g.bm25_partition
+               AND s.ordinals @> g.bm25_ordinal)
     FROM gone g WHERE g.bm25_length > 0 ON CONFLICT DO NOTHING)
 INSERT INTO pgbraid.bm25_partition_stats (pipeline_id, partition_id, config, fragments, total_length)
 SELECT %(pipeline)s, bm25_partition, config, -count(*), -sum(bm25_length) FROM gone GROUP BY 2, 3

@@ -76,11 +76,13 @@ s AS (
            coalesce(sum(st.total_length), 0)::bigint AS total_length,
            coalesce(array_agg(DISTINCT st.config ORDER BY st.config)
                     FILTER (WHERE st.fragments > 0), '{{}}') AS configs
-    FROM pgbraid.bm25_partition_stats st WHERE st.partition_id IN (SELECT id FROM parts)),
+    FROM pgbraid.bm25_partition_stats st
+    WHERE st.pipeline_id = %(scope_pipeline)s::bigint AND st.partition_id IN (SELECT id FROM parts)),
 h AS (
     SELECT b.next_ordinal,
            (SELECT coalesce(array_agg(d.ordinal), '{{}}') FROM pgbraid.bm25_dead d
-             WHERE d.partition_id IN (SELECT id FROM parts)) AS dead
+             WHERE d.pipeline_id = %(scope_pipeline)s::bigint
+               AND d.partition_id IN (SELECT id FROM parts)) AS dead
     FROM pgbraid.bm25_stats b WHERE b.pipeline_id = %(scope_pipeline)s::bigint),
 l AS (
     SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, pp.segment,
