@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from pathlib import Path
@@ -57,6 +58,10 @@ def server(data_dir):
         cluster = LocalCluster(citus_build(), folder=data_dir / "citus")
         started = cluster.start(2)
         os.environ["PGBRAID_DSN"] = started["coordinator"]["dsn"]
+        # an external server: what the embedded one allows the default tenant by default
+        os.environ.setdefault("PGBRAID_SOURCE_SCHEMAS", "default=public")
+        # and the key the embedded server keeps in its data dir (keyring.py)
+        os.environ.setdefault("PGBRAID_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
         yield cluster.node("coordinator")
         os.environ.pop("PGBRAID_DSN", None)
         cluster.stop()

@@ -202,14 +202,16 @@ _HOLDING = """
 SELECT d.partition_id, d.segment, f.bm25_ordinal, f.bm25_terms
 FROM pgbraid.fragments f
 JOIN pgbraid.bm25_dead d ON d.pipeline_id = f.pipeline_id AND d.ordinal = f.bm25_ordinal
-WHERE f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s AND d.segment IS NOT NULL
+WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s
+  AND d.segment IS NOT NULL
 ORDER BY d.segment, f.bm25_ordinal
 """
 
 _FORWARD = """
 SELECT f.bm25_ordinal, f.bm25_length, f.bm25_terms, f.bm25_tfs, f.ts_config::text,
        f.classifications
-FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL
+FROM pgbraid.fragments f
+WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL
 ORDER BY f.bm25_ordinal
 """
 
@@ -244,7 +246,7 @@ def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None
     postings written again from the forward index into a new segment per partition
     (each ordinal first cut out of the ranges of segments that held it once), their
     statistics added back."""
-    rows = conn.execute(_FORWARD, {"version": version_id}).fetchall()
+    rows = conn.execute(_FORWARD, {"pipeline": pipeline_id, "version": version_id}).fetchall()
     if not rows:
         return
     ids = partitions(conn, pipeline_id, {partition_key(tuple(r[5])) for r in rows})

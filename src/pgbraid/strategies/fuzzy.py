@@ -52,7 +52,7 @@ FROM (SELECT f.id, {score} AS score, {whole} AS whole
       WHERE {scope} AND {match}
       ORDER BY score DESC, whole DESC, f.id
       LIMIT %(k)s) AS c
-     JOIN pgbraid.fragments f ON f.id = c.id
+     JOIN pgbraid.fragments f ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.id = c.id
      JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
      JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
