@@ -125,6 +125,8 @@ def build_extension(data_dir, server):
     from pgbraid.db import extensions
 
     def build(name: str):
+        if CITUS:
+            pytest.skip(f"{name} is not tried on a Citus coordinator (docs/scale.md, section 3)")
         source = VENDOR / VENDORED[name]
         if shutil.which("gcc") is None or shutil.which("make") is None:
             pytest.skip(f"{name} cannot be built here: no gcc or make")
