@@ -37,7 +37,10 @@ audit --unauthenticated``), a known key's that is revoked or expired (``key.refu
 own.
 
 The table takes INSERT and SELECT only: see migration 020 for how UPDATE,
-DELETE and TRUNCATE are refused, even to the table's owner.
+DELETE and TRUNCATE are refused, even to the table's owner. One path removes rows:
+``purge`` (migration 035's function), for the operator only, rows older than a bound
+of one tenant, recorded as ``audit.purged``; ``purge_bound`` checks the bound
+against ``PGBRAID_AUDIT_RETENTION_DAYS``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import inspect
 import logging
 import threading
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from typing import Any, Callable, Mapping, Union
 
 import psycopg
@@ -83,6 +86,8 @@ ACTIONS: dict[str, str] = {
     "source.remove": "an entity source was removed",
     "encryption.rotate": "a pipeline's encryption key was rotated",
     "encryption.refused": "a ciphertext failed to decrypt (tampered or wrong key)",
+    "audit.purged": "rows older than a time were removed by the operator (detail: removed, "
+                    "before); never purged itself",
 }
 COUNTED = {"key.use": "operations", "key.refused": "reasons", "access.denied": "denials"}
 """The actions ``Usage`` counts, and the detail key that holds the counts by kind."""
@@ -95,6 +100,10 @@ MAX_KINDS = 50
 """Kinds (operations, reasons, denials) one counted row holds; the rest are ``(other)``."""
 OTHER = "(other)"
 MAX_KIND_CHARS = 200
+
+PURGE_LOCK_TIMEOUT = "10s"
+"""How long a purge waits for the log's lock behind open transactions that wrote to it
+(then BackendUnavailable, SQLSTATE 55P03: run it again)."""
 
 Where = Union[psycopg.Connection, Database]
 
@@ -154,7 +163,7 @@ def denied(usage: "Usage", principal: Principal, exc: Exception, operation: str)
 def listing(conn: psycopg.Connection, *, since: Any = None, action: str | None = None,
             limit: int = 100) -> list[dict[str, Any]]:
     """The session's tenant's events, newest first."""
-    since_at = _since(since)
+    since_at = _moment(since)
     if action is not None and action not in ACTIONS:
         raise InvalidRequest(f"unknown audit action {shown(action)}; use one of "
                              f"{', '.join(ACTIONS)}", field="action")
@@ -172,20 +181,62 @@ def listing(conn: psycopg.Connection, *, since: Any = None, action: str | None =
     return rows
 
 
-def _since(value: Any) -> datetime | None:
-    """An ISO-8601 time, or a span back from now: 30s, 15m, 2h, 7d."""
+def _moment(value: Any, name: str = "since") -> datetime | None:
+    """An ISO-8601 date or time (UTC without an offset), or a span back from now: 30s,
+    15m, 2h, 7d."""
     if value is None:
         return None
     if isinstance(value, str) and value[:-1].isdigit() and value[-1:] in _SPANS:
         return datetime.now(timezone.utc) - timedelta(**{_SPANS[value[-1]]: int(value[:-1])})
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime.combine(value, time.min)
     try:
         return parse_as_of(value)
     except InvalidRequest:
-        raise InvalidRequest(f"since must be an ISO-8601 time or a span such as 15m, 2h, 7d; "
-                             f"got {shown(value)}", field="since") from None
+        raise InvalidRequest(f"{name} must be an ISO-8601 date or time or a span such as 15m, "
+                             f"2h, 7d; got {shown(value)}", field=name) from None
 
 
 _SPANS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+# -- retention (migration 035) -----------------------------------------------------------
+
+def purge_bound(before: Any, retention_days: int | None) -> datetime:
+    """The time before which a purge removes rows: ``before`` (an ISO-8601 date or time, or
+    a span back from now such as 90d), else the retention policy's (``retention_days``
+    back from now). Never after now, and never inside the days the policy keeps."""
+    now = datetime.now(timezone.utc)
+    kept = now - timedelta(days=retention_days) if retention_days else None
+    if before is None:
+        if kept is None:
+            raise InvalidRequest("give before (an ISO-8601 date or time, or a span such as "
+                                 "90d), or set PGBRAID_AUDIT_RETENTION_DAYS", field="before")
+        return kept
+    bound = _moment(before, "before")
+    if bound > now:
+        raise InvalidRequest(f"before must not be in the future (got {bound.isoformat()}): a "
+                             "purge removes only rows already in the log", field="before")
+    if kept is not None and bound > kept:
+        raise InvalidRequest(f"before must be at least {retention_days} days ago: "
+                             "PGBRAID_AUDIT_RETENTION_DAYS keeps the rows since "
+                             f"{kept.isoformat()}", field="before",
+                             setting="PGBRAID_AUDIT_RETENTION_DAYS")
+    return bound
+
+
+def purge(db: Database, tenant: str, principal: Principal | str,
+          bound: datetime) -> dict[str, Any]:
+    """Remove ``tenant``'s rows older than ``bound`` through migration 035's function, on
+    the owner's connection (the one caller it allows), which records the purge
+    (``audit.purged``) in the same transaction."""
+    with db.admin() as conn, conn.transaction():
+        # Waiting for the lock queues every audit write behind the purge: wait a bounded time.
+        conn.execute("SELECT set_config('pgbraid.tenant', %s, true),"
+                     " set_config('lock_timeout', %s, true)", (tenant, PURGE_LOCK_TIMEOUT))
+        removed = conn.execute("SELECT pgbraid.audit_purge(%s, %s)",
+                               (bound, principal_label(principal))).fetchone()[0]
+    return {"tenant": tenant, "removed": removed, "before": bound.isoformat()}
 
 
 class Usage:

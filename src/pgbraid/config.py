@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     """About a filter's size as JSON."""
     max_body_bytes: int = Field(8 << 20, ge=1024, le=1 << 30)
     """The largest HTTP request body (413 beyond it)."""
+    audit_retention_days: int | None = Field(None, ge=1, le=36_500)
+    """The audit log's retention: ``pgbraid audit purge`` without ``--before`` removes rows
+    older than this many days, and no purge removes younger ones. Unset: kept forever."""
     shutdown_timeout: float = Field(30.0, ge=0, le=3600)
     """Seconds ``pgbraid serve`` waits for in-flight requests on SIGTERM / SIGINT."""
     encryption_key: str = Field("", repr=False)

@@ -5,10 +5,11 @@ a time), or the legs of ``hybrid`` / ``auto``; a page of it (paging.py) as of
 the request's time or its cursor's. The engine checks the principal (read +
 execute on the pipeline, classifications it may hold), opens one read-only
 REPEATABLE READ snapshot, looks up the pipeline and resolves the
-classifications, builds the ``Scope``, runs the legs (further legs on sessions
+classifications, builds the ``Scope``, runs the legs (legs.py: further legs on sessions
 of their own that import the same snapshot, or in turn on the main session
-when the pool has none free), and turns rows into hits and the trace in one place, adding highlights
-(highlight.py) and the next page's cursor in the same snapshot. Document reads
+when the pool has none free), and turns rows into hits and the trace in one place
+(hits.py), adding highlights (highlight.py) and the next page's cursor in the same
+snapshot. Document reads
 and version listings run the same way; a quarantined document shows in them only
 to a principal who may write the pipeline (documents.py). With read replicas
 (db/replicas.py) a search's snapshot is on the replica the router chose (rerun on
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Iterator
@@ -28,30 +28,16 @@ from typing import Any, Iterator
 import psycopg
 
 from . import documents, encryption, highlight, paging, pipelines, planner, strategies
-from .db.database import Database, Snapshot
+from .db.database import Database
 from .db.replicas import Router
-from .errors import Forbidden, NotEnabled, PgbraidError
-from .fusion import Fused, fuse, lead, promote
-from .models import (DEFAULT_CLASSIFICATION, Hit, PipelineInfo, SearchRequest, SearchResponse,
-                     StrategyRank, Trace, TraceEntry, parse_classifications, parse_search_request)
+from .errors import Forbidden
+from .hits import respond
+from .legs import Leg, elapsed_ms, missing, run_fused, run_leg, run_single
+from .models import (DEFAULT_CLASSIFICATION, PipelineInfo, SearchRequest, SearchResponse,
+                     parse_classifications, parse_search_request)
 from .pipelines import Pipeline
 from .scope import Principal, Scope, resolve_classifications, validate_filters
-from .strategies.base import Context, Outcome, Row
-
-GROUP_OVERFETCH = 4
-MAX_GROUP_DEPTH = 20_000
-TOP_TRACED = 5
-MAX_PARALLEL_LEGS = 4
-
-
-@dataclasses.dataclass
-class Leg:
-    """A planned leg being run: what it ran and what it found."""
-
-    plan: planner.Leg
-    request: SearchRequest
-    entry: TraceEntry | None = None
-    rows: list[Row] = dataclasses.field(default_factory=list)
+from .strategies.base import Context
 
 
 class Engine:
@@ -129,8 +115,8 @@ class Engine:
         if not any(strategies.get(leg.strategy).touches_database for leg in plan.legs):
             legs = [Leg(leg, planner.single_request(asked)) for leg in plan.legs]
             for leg in legs:  # documented no-ops: nothing is sent to PostgreSQL
-                self._run_leg(None, leg, None, None, self.context)
-            return self._respond(pipeline_name, asked, plan, legs, page, started), None
+                run_leg(None, leg, None, None, self.context)
+            return respond(pipeline_name, asked, plan, legs, page, started), None
         context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
 
         def on(db: Database) -> tuple[SearchResponse, Pipeline]:
@@ -156,16 +142,16 @@ class Engine:
                 scope = dataclasses.replace(scope, as_of=None)  # the same versions, indexed
             if plan.fused:
                 plan = planner.for_request(request, graph=_has_graph(snapshot.conn, pipeline))
-                legs = self._run_fused(snapshot, plan, pipeline, request, scope, context)
-                extra = planner.follow_up(request, plan, _missing(legs))
+                legs = run_fused(snapshot, plan, pipeline, request, scope, context)
+                extra = planner.follow_up(request, plan, missing(legs))
                 if extra is not None:
                     leg = Leg(extra, planner.leg_request(request, extra))
-                    self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
+                    run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
                     legs.append(leg)
             else:
-                legs = [self._run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
+                legs = [run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
                                          context, page)]
-            response = self._respond(pipeline.name, request, plan, legs, page, started, pipeline)
+            response = respond(pipeline.name, request, plan, legs, page, started, pipeline)
             return (self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
                                  pipeline), pipeline)
 
@@ -182,7 +168,7 @@ class Engine:
         # A graph leg of auto runs on current edges, its documents as of the cursor's time.
         versioned = any(strategies.get(leg.strategy).versioned for leg in plan.legs)
         cursor = paging.next_cursor(conn, asked, page, scope, len(hits), versioned)
-        trace = response.trace.model_copy(update={"ms": _ms(started)})
+        trace = response.trace.model_copy(update={"ms": elapsed_ms(started)})
         return response.model_copy(update={"hits": hits, "next_cursor": cursor, "trace": trace})
 
     def _resolve(self, conn: psycopg.Connection, principal: Principal, name: str,
@@ -199,128 +185,6 @@ class Engine:
                 raise Forbidden(f"this principal may not hold {', '.join(beyond)}",
                                 classification=beyond)
         return pipeline, held
-
-    def _run_single(self, conn: psycopg.Connection, planned: planner.Leg, pipeline: Pipeline,
-                    request: SearchRequest, scope: Scope, context: Context,
-                    page: paging.Page) -> Leg:
-        """One strategy named by the caller: unavailable is an error, not a skip. It
-        ranks offset + k rows; the page is the last k."""
-        strategy = strategies.get(planned.strategy)
-        reason = strategy.unavailable(pipeline, context)
-        if reason:
-            raise NotEnabled(f"{strategy.name} is not enabled: {reason}", strategy=strategy.name)
-        leg = Leg(planned, planner.single_request(request))
-        began = time.perf_counter()
-        want = page.offset + request.k if request.k else 0
-        outcome, leg.rows = _deepen(conn, strategy, pipeline, leg.request, scope, context, want)
-        leg.entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(leg.rows),
-                               ms=_ms(began), details=outcome.details)
-        return leg
-
-    def _run_fused(self, snapshot: Snapshot, plan: planner.Plan, pipeline: Pipeline,
-                   request: SearchRequest, scope: Scope, context: Context) -> list[Leg]:
-        """The legs of a fused plan: the first on the main session, the others on
-        sessions importing the snapshot (or after it on the main session)."""
-        legs = [Leg(p, planner.leg_request(request, p)) for p in plan.legs]
-        runnable = []
-        for leg in legs:
-            reason = strategies.get(leg.plan.strategy).unavailable(pipeline, context)
-            if reason:
-                leg.entry = TraceEntry(retriever=leg.plan.strategy, status="skipped", reason=reason)
-            else:
-                runnable.append(leg)
-        if not runnable:
-            return legs
-        later: list[Leg] = []
-        if len(runnable) > 1:
-            snapshot.export()
-
-            def on_own_session(leg: Leg) -> None:
-                with snapshot.leg() as conn:
-                    if conn is None:
-                        later.append(leg)
-                    else:
-                        self._run_leg(conn, leg, pipeline, scope, context)
-
-            with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_LEGS, len(runnable) - 1),
-                                    thread_name_prefix="pgbraid-leg") as pool:
-                futures = [pool.submit(on_own_session, leg) for leg in runnable[1:]]
-                self._run_leg(snapshot.conn, runnable[0], pipeline, scope, context, savepoint=True)
-                for future in futures:
-                    future.result()
-        else:
-            later = runnable
-        for leg in later:
-            self._run_leg(snapshot.conn, leg, pipeline, scope, context, savepoint=True)
-        return legs
-
-    def _run_leg(self, conn: psycopg.Connection | None, leg: Leg, pipeline: Pipeline | None,
-                 scope: Scope | None, context: Context, *, savepoint: bool = False) -> None:
-        """Run one fused leg; an error becomes a ``failed`` trace entry."""
-        strategy = strategies.get(leg.plan.strategy)
-        began = time.perf_counter()
-        try:
-            if savepoint:
-                with conn.transaction():  # a failing leg must not abort the others' snapshot
-                    outcome = strategy.run(conn, pipeline, leg.request, scope, leg.request.k,
-                                           context)
-            else:
-                outcome = strategy.run(conn, pipeline, leg.request, scope, leg.request.k, context)
-        except PgbraidError as exc:
-            leg.entry = TraceEntry(retriever=strategy.name, status="failed", reason=exc.message,
-                                   ms=_ms(began))
-            return
-        except psycopg.Error as exc:  # its SQLSTATE only: no statement or value text
-            if exc.sqlstate is None or exc.sqlstate.startswith("08"):
-                raise  # a lost connection (a Citus worker down): the answer fails, not a leg
-            leg.entry = TraceEntry(retriever=strategy.name, status="failed", ms=_ms(began),
-                                   reason=f"PostgreSQL error {exc.sqlstate or 'unknown'}")
-            return
-        leg.rows = outcome.rows
-        details = dict(outcome.details)
-        if leg.plan.query:
-            details["query"] = leg.plan.query
-        leg.entry = TraceEntry(retriever=strategy.name, status="ran", hits=len(outcome.rows),
-                               ms=_ms(began), details=details)
-
-    def _respond(self, pipeline: str, request: SearchRequest, plan: planner.Plan, legs: list[Leg],
-                 page: paging.Page, started: float,
-                 source: Pipeline | None = None) -> SearchResponse:
-        """Rows to hits (``source``: the pipeline, whose sealed values _hit opens)."""
-        sealed = source is not None and encryption.encrypted(source)
-        if not plan.fused:
-            (leg,) = legs
-            hits = [_hit(row, rank, row.score, None, source)
-                    for rank, row in enumerate(leg.rows[page.offset:], start=page.offset + 1)]
-            return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
-                                  hits=tuple(hits), as_of=page.as_of,
-                                  trace=Trace(retrievers=(leg.entry,), ms=_ms(started)))
-        weights = planner.weights(request, plan)
-        for leg in legs:
-            if leg.entry.status == "ran":
-                leg.entry = leg.entry.model_copy(update={"details": {
-                    **leg.entry.details, "weight": weights.get(leg.plan.strategy, 1.0),
-                    "depth": leg.request.k}})
-        ran = {leg.plan.strategy: leg.rows for leg in legs if leg.entry.status == "ran"}
-        method = request.params.get("fusion", "rrf")
-        rrf_k = request.params.get("rrf_k", 60)
-        by_document = request.group_by == "document"
-        # Promotion reads candidates' text: sealed, it is not opened for that (hits only).
-        promoted = () if sealed else plan.identifiers
-        fused = promote(lead(fuse(ran, method=method, rrf_k=rrf_k, weights=weights,
-                                  by_document=by_document),
-                             planner.leader(request, plan, _missing(legs))), promoted)
-        hits = [_hit(item.row, rank, round(item.score, 8), item, source)
-                for rank, item in enumerate(fused[page.offset:page.offset + request.k],
-                                            start=page.offset + 1)]
-        fusion = _fusion_trace(plan, method, rrf_k, weights, ran, fused, by_document)
-        if sealed and plan.identifiers:
-            fusion["promotion"] = ("skipped: the pipeline is encrypted, and candidates' text is "
-                                   "opened only for the hits returned")
-        return SearchResponse(pipeline=pipeline, query=request.query, type=request.type,
-                              hits=tuple(hits), as_of=page.as_of,
-                              trace=Trace(retrievers=tuple(leg.entry for leg in legs),
-                                          fusion=fusion, ms=_ms(started)))
 
     # -- pipelines and documents ------------------------------------------------------
 
@@ -390,77 +254,3 @@ def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] 
 def _has_graph(conn: psycopg.Connection, pipeline: Pipeline) -> bool:
     return conn.execute("SELECT EXISTS (SELECT 1 FROM pgbraid.edges WHERE pipeline_id = %s)",
                         (pipeline.id,)).fetchone()[0]
-
-
-def _deepen(conn, strategy, pipeline, request, scope, context, k) -> tuple[Outcome, list[Row]]:
-    """Run a single strategy for k rows; grouped by document, deepen until k documents
-    or exhaustion."""
-    if k == 0:
-        return Outcome([]), []
-    if request.group_by != "document":
-        outcome = strategy.run(conn, pipeline, request, scope, k, context)
-        return outcome, outcome.rows[:k]
-    depth = k * GROUP_OVERFETCH
-    while True:
-        outcome = strategy.run(conn, pipeline, request, scope, depth, context)
-        rows = _group(outcome.rows, k)
-        if len(rows) >= k or len(outcome.rows) < depth or depth >= MAX_GROUP_DEPTH:
-            return outcome, rows
-        depth = min(depth * GROUP_OVERFETCH, MAX_GROUP_DEPTH)
-
-
-def _group(rows: list[Row], k: int) -> list[Row]:
-    """Keep each document's best fragment, in rank order."""
-    seen: set[str] = set()
-    kept: list[Row] = []
-    for row in rows:
-        if row.document_id not in seen:
-            seen.add(row.document_id)
-            kept.append(row)
-    return kept[:k]
-
-
-def _missing(legs: list[Leg]) -> list[str]:
-    """The query terms the bm25 leg found in no fragment in scope (its df is scoped)."""
-    for leg in legs:
-        if leg.plan.strategy == "bm25" and leg.entry.status == "ran":
-            return [t["term"] for t in leg.entry.details.get("terms", ()) if t["df"] == 0]
-    return []
-
-
-def _fusion_trace(plan: planner.Plan, method: str, rrf_k: int, weights: dict[str, float],
-                  legs: dict[str, list[Row]], fused: list[Fused],
-                  by_document: bool) -> dict[str, Any]:
-    def key(row: Row) -> Any:
-        return row.document_id if by_document else row.fragment_id
-
-    final = {key(item.row): rank for rank, item in enumerate(fused, start=1)}
-    return {
-        "method": method, "rrf_k": rrf_k if method == "rrf" else None, "weights": weights,
-        "plan": plan.as_dict(), "promoted_identifiers": plan.identifiers,
-        "candidates": len(fused),
-        "top_hits_final_rank": {name: [final.get(key(r)) for r in rows[:TOP_TRACED]]
-                                for name, rows in legs.items()},
-    }
-
-
-def _hit(row: Row, rank: int, score: float, fused: Fused | None = None,
-         pipeline: Pipeline | None = None) -> Hit:
-    """The one row-to-hit mapper. An encrypted pipeline's sealed title, text and metadata
-    fields are opened here, once, for the hits returned only (KeyUnavailable /
-    IntegrityFailure: the search fails, nothing is returned)."""
-    values = {"title": row.title, "body": row.body, "metadata": row.metadata}
-    if pipeline is not None:
-        values = encryption.open_fragment(pipeline, row.fragment_id, row.version, values)
-    return Hit(document_id=row.document_id, fragment_id=row.fragment_id, version=row.version,
-               title=values["title"], page_content=values["body"], score=float(score), rank=rank,
-               metadata=values["metadata"], classifications=tuple(row.classifications),
-               language=row.language,
-               matched_terms=tuple(row.matched_terms) if row.matched_terms is not None else None,
-               mmr_score=row.mmr_score, evidence=row.evidence,
-               found_by=tuple(StrategyRank(strategy=s, rank=r, score=v)
-                              for s, r, v in fused.found_by) if fused else ())
-
-
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)

@@ -68,7 +68,7 @@ def query_for(strategy: str, details: dict[str, Any], row: Row) -> str | None:
 
 def for_hits(conn: psycopg.Connection, scope: Scope, legs: list[Any], hits: tuple[Hit, ...],
              by_document: bool, texts: dict[int, str] | None = None) -> tuple[Hit, ...]:
-    """Each hit with the passages of its fragment that the plan's lexical legs (engine.Leg:
+    """Each hit with the passages of its fragment that the plan's lexical legs (legs.Leg:
     their rows and trace details) matched; a hit none of them found gets (). ``texts``:
     fragment id -> opened text, for an encrypted pipeline."""
     matched: dict[Any, list[str]] = {}

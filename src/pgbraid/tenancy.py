@@ -1,6 +1,6 @@
 """What a Client does as its tenant's admin, and how its key is checked: API keys,
 classifications, the audit log. A base of ``client.Client`` (which holds ``_db``,
-``principal``, ``_usage`` and ``_session``); kept apart so each file stays short."""
+``principal``, ``settings``, ``_usage`` and ``_session``); kept apart so each file stays short."""
 
 from __future__ import annotations
 
@@ -99,3 +99,21 @@ class TenantAdmin:
         self._usage.flush()
         with self._db.session(tenant) as conn:
             return audit.listing(conn, since=since, action=action, limit=limit)
+
+    def purge_audit(self, *, before: Any = None, unauthenticated: bool = False) -> dict[str, Any]:
+        """Remove the tenant's audit rows older than ``before`` (an ISO-8601 date or time, or
+        a span such as 90d; default: ``PGBRAID_AUDIT_RETENTION_DAYS`` back), recorded as
+        ``audit.purged`` (audit.purge); ``unauthenticated``: the refusals of unknown keys.
+
+        The operator's only (the local process, which holds the database's credentials):
+        no API key may purge, not even the tenant's unrestricted admin, since the log is
+        what shows a stolen admin key's use; that key could otherwise erase it."""
+        if self.principal.key_id is not None:
+            raise Forbidden("only the operator (the local process, not an API key) purges the "
+                            "audit log", action="purging the audit log")
+        self.principal.require_unrestricted_admin("purging the audit log")
+        bound = audit.purge_bound(before, self.settings.audit_retention_days)
+        self._usage.flush()  # counted minutes are written first, then purged like the rest
+        tenant = audit.ANONYMOUS_TENANT if unauthenticated else self.tenant
+        return audit.purge(self._db, tenant, self.principal, bound)
+

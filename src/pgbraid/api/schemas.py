@@ -343,6 +343,21 @@ class AuditEvent(Out):
     count: int
 
 
+class AuditPurge(Body):
+    before: str | None = Field(None, max_length=64)
+    """An ISO-8601 date or time (no offset: UTC), or a span back from now such as 90d;
+    none: PGBRAID_AUDIT_RETENTION_DAYS back. Never in the future or inside the policy."""
+
+
+class AuditPurged(Out):
+    """What a purge removed: the tenant's rows older than ``before`` (an ``audit.purged``
+    row records it)."""
+
+    tenant: str
+    removed: int
+    before: str
+
+
 class Status(Out):
     status: str
 

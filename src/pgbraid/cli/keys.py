@@ -1,4 +1,4 @@
-"""``pgbraid keys create|list|revoke``, ``pgbraid audit`` and ``pgbraid serve``: the HTTP
+"""``pgbraid keys create|list|revoke``, ``pgbraid audit [purge]`` and ``pgbraid serve``: the HTTP
 API's keys, what was done with them, and the server. ``--json`` prints exactly the
 HTTP API's body."""
 
@@ -71,8 +71,13 @@ def keys_revoke(key_id: str, as_json: bool = JsonOpt) -> None:
 
 # -- the audit log --------------------------------------------------------------
 
-@app.command("audit")
-def audit_log(since: Optional[str] = typer.Option(
+audit_app = typer.Typer(invoke_without_command=True,
+                        help="The tenant's audit log (newest first) and its purge.")
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.callback()
+def audit_log(context: typer.Context, since: Optional[str] = typer.Option(
                   None, help="ISO-8601 time, or a span back from now: 30s, 15m, 2h, 7d."),
               action: Optional[str] = typer.Option(None, help="Only this action (key.refused...)."),
               limit: int = typer.Option(100, help="Events, newest first (1 to 10000)."),
@@ -81,6 +86,8 @@ def audit_log(since: Optional[str] = typer.Option(
                   "per minute) instead of the tenant's log."),
               as_json: bool = JsonOpt) -> None:
     """The tenant's audit log: keys, refusals, writes (PGBRAID_TENANT's)."""
+    if context.invoked_subcommand is not None:
+        return
     with handled(as_json), connect() as client:
         events = client.audit(since=since, action=action, limit=limit,
                               unauthenticated=unauthenticated)
@@ -92,6 +99,25 @@ def audit_log(since: Optional[str] = typer.Option(
             detail = json.dumps(event["detail"], ensure_ascii=False) if event["detail"] else ""
             console.print(f"{event['at']}  {event['principal']}  {event['action']}{count}  "
                           f"{event['target'] or '-'}  {detail}", markup=False, soft_wrap=True)
+
+
+@audit_app.command("purge")
+def audit_purge(before: Optional[str] = typer.Option(
+                    None, help="Remove rows older than this: ISO-8601 date or time (UTC), or a "
+                    "span back from now such as 90d (default: PGBRAID_AUDIT_RETENTION_DAYS)."),
+                unauthenticated: bool = typer.Option(
+                    False, "--unauthenticated", help="The refusals of keys no tenant knows "
+                    "instead of the tenant's log."),
+                as_json: bool = JsonOpt) -> None:
+    """Remove PGBRAID_TENANT's audit rows older than --before (the operator only), recorded
+    as audit.purged, which no purge removes. Rows since the bound are never touched."""
+    with handled(as_json), connect() as client:
+        body = client.purge_audit(before=before, unauthenticated=unauthenticated)
+        if as_json:
+            emit(body)
+        else:
+            console.print(f"{body['removed']} audit rows of {body['tenant']} older than "
+                          f"{body['before']} removed (recorded as audit.purged)", markup=False)
 
 
 @keys_app.command("rotate-encryption")

@@ -1,0 +1,159 @@
+"""What a Client writes: pipelines (create, delete), ingestion, document deletion,
+quarantine and release, key rotation, each audited. A base of ``client.Client``
+(which holds ``_db``, ``principal``, ``keyring``, ``settings``, ``_usage``,
+``_session``, ``embedder`` and ``pipeline``); kept apart so each file stays short."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+
+from . import audit, embedders, encryption, live as live_fetch, pipelines, rotation
+from .errors import NotEnabled
+from .ingest import guard, quarantine
+from .ingest.batches import IngestReport, ingest
+from .ingest.readers import FieldMap, items
+from .ingest.writer import delete_document
+from .models import PipelineInfo
+from .strategies.vector import store as vectors
+
+ANALYZE_AFTER = 1_000
+# ... and a tenth of the fragments the statistics last counted (autovacuum's default
+# share): a bulk load into a big table leaves its statistics representative.
+ANALYZE_SHARE = 0.1
+
+
+class Writes:
+    """Mixed into Client."""
+
+    # -- pipelines ------------------------------------------------------------
+
+    def create_pipeline(self, name: str, *, embedder: str = "minilm", encrypt: bool = False,
+                        encrypt_metadata: Iterable[str] | None = None, live: Any = None,
+                        **options: Any) -> PipelineInfo:
+        """Create a pipeline; ``embedder`` is minilm (default), e5-multilingual, openai or none;
+        ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py);
+        ``live``: a live source (live.LiveSource or its dict)."""
+        self.principal.require_tenant_admin("creating a pipeline")
+        options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
+        chosen = embedders.validate_name(embedder)
+        source = live_fetch.parse(live) if live is not None else None
+        dimension = None
+        if chosen:
+            self._db.open()
+            if "vector" not in self._db.extensions:
+                raise NotEnabled("pgvector is not installed on this server: create the pipeline "
+                                 "with embedder 'none'", strategy="similarity")
+            dimension = embedders.DIMENSIONS.get(chosen) or self.embedder(chosen).dimension
+        with self._session() as conn:
+            pipeline = pipelines.create(conn, name, embedder=chosen, dimension=dimension, **options)
+            if source is not None:
+                pipelines.set_setting(conn, name, "live", source.model_dump(mode="json"))
+            audit.record(conn, self.principal, "pipeline.create", name,
+                         {"embedder": chosen, **{k: str(v) for k, v in options.items()}})
+        if chosen:
+            try:
+                with self._db.admin() as conn:  # index DDL needs the table owner
+                    vectors.create_indexes(conn, pipeline.id, dimension)
+            except Exception:
+                self.delete_pipeline(name)
+                raise
+        return self.pipeline(name)
+
+    def delete_pipeline(self, name: str) -> None:
+        self.principal.require(name, "admin")
+        with self._session() as conn:
+            pipeline = pipelines.get(conn, name)
+            pipelines.delete(conn, name)
+            audit.record(conn, self.principal, "pipeline.delete", name)
+        if pipeline.embedder:
+            with self._db.admin() as conn:
+                vectors.drop_indexes(conn, pipeline.id)
+
+    # -- ingestion ------------------------------------------------------------
+
+    def ingest(self, pipeline: str, source: Iterable[Path | str] | Iterable[dict[str, Any]], *,
+               fields: FieldMap = FieldMap(), on_error: Literal["continue", "stop"] = "continue",
+               progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+        """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
+        self.principal.require(pipeline, "write")
+        with self._session() as conn:
+            target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring,
+                                         bound=guard.bound_for(conn, self.principal))
+        embedder = self.embedder(target.embedder) if target.embedder else None
+        try:
+            report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
+                            embedder=embedder, on_error=on_error, progress=progress)
+        except BaseException as exc:  # batches before the error are written: say so
+            audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
+                                 {"error": type(exc).__name__})
+            raise
+        finally:
+            guard.audit_refused(self._usage, self.principal, target.bound, pipeline)
+        audit.record(self._db, self.principal, "document.ingest", pipeline, {
+            "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
+            "failed": len(report.failed)})
+        report.lsn = self._commit_lsn()
+        if report.fragments >= ANALYZE_AFTER:
+            # Fresh planner statistics, so searches right after a bulk load plan well.
+            with self._db.admin() as conn:
+                counted = conn.execute("SELECT reltuples FROM pg_class"
+                                       " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
+                if report.fragments >= ANALYZE_SHARE * max(counted, 0):
+                    conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
+                                 " pgbraid.documents, pgbraid.bm25_postings")
+        return report
+
+    def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Expire a document's current version; its history stays readable."""
+        self.principal.require(pipeline, "write")
+        with self._session() as conn:
+            target = dataclasses.replace(pipelines.get(conn, pipeline),
+                                         bound=guard.bound_for(conn, self.principal))
+            version = delete_document(conn, target, document_id)
+            audit.record(conn, self.principal, "document.delete", f"{pipeline}/{document_id}",
+                         {"expired_version": version})
+        return {"document_id": document_id, "expired_version": version, "lsn": self._commit_lsn()}
+
+    def _commit_lsn(self) -> str:
+        """The primary's WAL position after this call's commits: a search with it as
+        ``min_lsn`` reads them on any replica (db/replicas.py)."""
+        with self._db.admin() as conn:
+            return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+    def quarantine_document(self, pipeline: str, document_id: str, *,
+                            reason: str | None = None) -> dict[str, Any]:
+        """Withhold a document from every search until released (write); idempotent."""
+        return self._quarantine(pipeline, document_id, True, reason)
+
+    def release_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
+        """Lift a quarantine: the document searches exactly as before it (write)."""
+        return self._quarantine(pipeline, document_id, False, None)
+
+    def _quarantine(self, pipeline: str, document_id: str, quarantined: bool,
+                    reason: str | None) -> dict[str, Any]:
+        """Every quarantine change, both ways (ingest/quarantine.py), audited with it."""
+        self.principal.require(pipeline, "write")
+        reason = quarantine.check(document_id, quarantined, reason)
+        with self._session() as conn:
+            state = quarantine.change(conn, pipelines.get(conn, pipeline), document_id,
+                                      quarantined=quarantined, reason=reason,
+                                      bound=self.principal.classifications)
+            if state["changed"]:
+                audit.record(conn, self.principal,
+                             "document.quarantine" if quarantined else "document.release",
+                             f"{pipeline}/{document_id}", {"reason": reason} if reason else None)
+        return {**state, "lsn": self._commit_lsn()}
+
+    def rotate_encryption(self, pipeline: str, *, batch_size: int = rotation.BATCH,
+                          pause: float = 0.0,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Re-seal an encrypted pipeline under a new current key, in batches (rotation.py);
+        run again after an interruption to finish."""
+        self.principal.require(pipeline, "admin")
+        done = rotation.rotate(self._db, self.tenant, pipeline, self.keyring,
+                               batch_size=batch_size, pause=pause, progress=progress)
+        audit.record(self._db, self.principal, "encryption.rotate", pipeline,
+                     {k: done[k] for k in ("key_id", "fragments", "versions", "resumed")})
+        return done
