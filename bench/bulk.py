@@ -4,9 +4,10 @@ Ingesting a million fragments one document per savepoint takes hours on this
 machine; this writes the same rows with one statement per table and batch:
 documents, their first versions (one version time per batch, from the same
 clock), fragments with the same SQL expressions as ingest/fragments._ANALYSE
-(tsvector, BM25 forward index), and the postings through bm25_index's own
-Pending / flush / merge_since, so segments, statistics and merges are those of
-ingestion. Pieces come from ingest.prepare, as ingestion makes them.
+(tsvector, BM25 forward index; fuzzy's words, and ingest/dictionary for them), and
+the postings through bm25_index's own Pending / flush / merge_since, so segments,
+statistics and merges are those of ingestion. Pieces come from ingest.prepare, as
+ingestion makes them.
 
 Only for new documents of a pipeline without an embedder or encryption (what
 the lexical bench needs); tests/test_bench_bulk.py checks, on a sample, that it leaves the
@@ -21,7 +22,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgbraid import encryption
-from pgbraid.ingest import bm25_index, clock
+from pgbraid.ingest import bm25_index, clock, dictionary
 from pgbraid.ingest.bm25_index import Pending
 from pgbraid.ingest.prepare import Prepared, prepare
 from pgbraid.ingest.readers import ReadError, items
@@ -49,7 +50,7 @@ _FRAGMENTS = """
 INSERT INTO pgbraid.fragments
     (pipeline_id, document_id, version_id, ordinal, section, body, language, ts_config,
      tsv, metadata, classifications, bm25_ordinal, bm25_length, bm25_terms, bm25_tfs, title,
-     content_hash)
+     content_hash, word_set)
 SELECT %(pipeline)s, u.document, u.version, u.ordinal, u.section, u.body,
        u.config, u.config::regconfig,
        CASE WHEN %(fulltext)s THEN
@@ -59,13 +60,13 @@ SELECT %(pipeline)s, u.document, u.version, u.ordinal, u.section, u.body,
        END,
        u.metadata, u.classes::text[], u.bm25_ordinal,
        coalesce(b.length, 0), coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'), u.title,
-       u.content_hash
+       u.content_hash, string_to_array(u.words, ' ')
 FROM unnest(%(documents)s::bigint[], %(versions)s::bigint[], %(ordinals)s::int[],
             %(sections)s::text[], %(bodies)s::text[], %(configs)s::text[], %(titles)s::text[],
             %(classes)s::text[], %(metadata)s::jsonb[], %(bm25_ordinals)s::int[],
-            %(bm25_texts)s::text[], %(content_hashes)s::text[])
+            %(bm25_texts)s::text[], %(content_hashes)s::text[], %(words)s::text[])
      WITH ORDINALITY AS u(document, version, ordinal, section, body, config, title, classes,
-                          metadata, bm25_ordinal, bm25_text, content_hash, n)
+                          metadata, bm25_ordinal, bm25_text, content_hash, words, n)
 CROSS JOIN LATERAL (
     SELECT sum(array_length(positions, 1)) AS length,
            array_agg(lexeme ORDER BY lexeme) AS terms,
@@ -130,7 +131,7 @@ def _write(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared],
     ).fetchall()]
     rows: dict[str, list] = {name: [] for name in (
         "documents", "versions", "ordinals", "sections", "bodies", "configs", "titles", "classes",
-        "metadata", "bm25_ordinals", "bm25_texts", "content_hashes")}
+        "metadata", "bm25_ordinals", "bm25_texts", "content_hashes", "words")}
     base = bm25_index.reserve_ordinals(conn, pipeline.id, sum(len(p.pieces) for p in batch))
     for p, document, version, cls in zip(batch, documents, versions, classes):
         for ordinal, piece in enumerate(p.pieces):
@@ -140,12 +141,15 @@ def _write(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared],
                                 ("titles", p.doc.title), ("classes", cls),
                                 ("metadata", Jsonb(p.doc.metadata)),
                                 ("bm25_ordinals", base), ("bm25_texts", piece.bm25_text),
-                                ("content_hashes", piece.content_hash)):
+                                ("content_hashes", piece.content_hash),
+                                ("words", encryption.distinct_words(p.doc.title, piece.section,
+                                                                    piece.text))):
                 rows[name].append(value)
             base += 1
     pending = Pending()
     cursor = conn.execute(_FRAGMENTS, {"pipeline": pipeline.id, "fulltext": pipeline.fulltext,
                                        **rows})
+    dictionary.add(conn, pipeline.id, (words.split() for words in rows["words"]))
     for ordinal, length, terms, tfs, config, held in cursor.fetchall():
         pending.add(ordinal, length, terms, tfs, config=config,
                     partition=partition_of[bm25_index.partition_key(tuple(held))])

@@ -39,7 +39,9 @@ N: collections.Counter = collections.Counter()
 
 
 def wrap(module, name: str, key: str) -> None:
-    fn = getattr(module, name)
+    fn = getattr(module, name, None)
+    if fn is None:  # an older checkout's phase names (see the module docstring)
+        return
 
     def timed(*args, **kwargs):
         conn = next((a for a in args if isinstance(a, psycopg.Connection)), None)
@@ -60,11 +62,12 @@ def wrap(module, name: str, key: str) -> None:
 def instrument() -> None:
     """Time each phase (on import of nothing: only when the suite runs)."""
     wrap(batches, "prepare", "prepare: python (chunk, language, expand, hash)")
-    wrap(P, "detect", "  language detection")
+    wrap(P, "detect", "  language detection (per document)")
+    wrap(batches, "detect_languages", "  language detection (per batch)")
     wrap(P, "expand_code", "  code expansion")
     wrap(fragments, "analyse", "analyse: to_tsvector x2 (own connection)")
     wrap(batches, "_write", "write transaction (under the lock)")
-    wrap(writer, "write_new", "  documents + versions + fragments")
+    wrap(batches, "write_new", "  documents + versions + fragments")
     wrap(fragments, "insert", "    fragments COPY + INSERT (indexes)")
     wrap(bm25_index, "flush", "  bm25 flush (segment, postings, stats, tier merges)")
     wrap(bm25_index, "_pack", "    pack postings (numpy)")

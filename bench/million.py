@@ -34,7 +34,7 @@ CLASSES = ("c1", "c2", "c3")
 # GIN indexes over fragments are built once after the load (the same index, far
 # faster than maintained row by row); their definitions are read from the catalog.
 _DEFERRED = ("fragments_body_trgm", "fragments_title_trgm", "fragments_words_trgm",
-             "fragments_tsv")
+             "fragments_word_set", "fragments_tsv")
 
 
 def connect(**overrides) -> pgbraid.Client:

@@ -234,3 +234,22 @@ def test_only_an_unrestricted_admin_reads_the_log(tenant, served):
             assert answer.status_code == 403 and "sec2" not in answer.text
     with served.client(unrestricted["key"]) as http:
         assert "notes/sec2" in http.get("/audit").text
+
+
+def test_an_idle_server_writes_its_last_minute_of_counts_without_another_request(
+        tenant, served):
+    """key.use counts reach the log once their minute is over, read by another process
+    (no read through the server, which would flush them), with no request after them."""
+    import time
+    tenant.create_pipeline("idle", embedder="none")
+    reader = tenant.create_key(pipeline="idle", permissions="read,execute")
+    with served.client(reader["key"]) as http:
+        assert http.post("/pipelines/idle/search", json={"query": "x"}).status_code == 200
+    label = f"key:{reader['id']}"
+    deadline = time.monotonic() + 60 + 2 * 10 + 15  # the minute, two beats, slack
+    while time.monotonic() < deadline:
+        used = [e for e in tenant.audit(action="key.use") if e["principal"] == label]
+        if used:
+            break
+        time.sleep(2)
+    assert sum(e["count"] for e in used) == 1

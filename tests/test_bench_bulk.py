@@ -19,7 +19,8 @@ from pgbraid import pipelines
 _FRAGMENTS = """
 SELECT d.external_id, f.ordinal, f.section, f.body, f.language, f.ts_config::text, f.tsv::text,
        f.metadata, f.classifications, f.current, f.quarantined, f.bm25_ordinal, f.bm25_length,
-       f.bm25_terms, f.bm25_tfs, f.title, f.content_hash, f.key_id, f.words
+       f.bm25_terms, f.bm25_tfs, f.title, f.content_hash, f.key_id, f.words,
+       f.word_set
 FROM pgbraid.fragments f JOIN pgbraid.documents d ON d.id = f.document_id
 WHERE f.pipeline_id = %s ORDER BY d.external_id, f.ordinal
 """
@@ -76,6 +77,8 @@ def _snapshot(client, name: str) -> dict:
     with client.session() as conn:
         pid = pipelines.get(conn, name).id
         return {"fragments": conn.execute(_FRAGMENTS, (pid,)).fetchall(),
+                "dictionary": conn.execute("SELECT word FROM pgbraid.fuzzy_words WHERE"
+                                           " pipeline_id = %s ORDER BY word", (pid,)).fetchall(),
                 "versions": conn.execute(_VERSIONS, (pid,)).fetchall(),
                 "postings": _postings(conn, pid),
                 "stats": conn.execute(_STATS, (pid,)).fetchall()}
@@ -99,6 +102,7 @@ def test_bulk_path_writes_what_ingestion_writes(client):
     assert len(want["fragments"]) == report.fragments > len(records)  # Godot pages split
     assert got["fragments"] == want["fragments"]
     assert got["versions"] == want["versions"]
+    assert got["dictionary"] == want["dictionary"] and len(want["dictionary"]) > 1000
     assert got["stats"] == want["stats"]
     assert {k[0] for k in want["postings"]} == {("c1",), ("c2",)}
     assert got["postings"] == want["postings"]

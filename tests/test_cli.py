@@ -126,3 +126,38 @@ def test_demo_runs_and_explains(env):
     assert "bm25 #1, similarity #1" in out and "fusion: rrf k=60" in out
     again = run(env, "demo")
     assert "unchanged 6" in again.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (["search", "notes", "x", "--k", "abc"], "k"),
+    (["search", "notes", "x", "--bogus", "1"], "bogus"),
+    (["search"], "pipeline"),
+])
+def test_usage_errors_under_json_are_the_one_error_shape(tmp_path, args, field):
+    """Typer's own parsing errors (before any command runs) answer the shape under --json,
+    through the installed entry point, and keep their usual box without it."""
+    import os
+    import subprocess
+    import sys
+
+    from .serving import SRC
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PGBRAID_DATA_DIR": str(tmp_path / "none")}
+    entry = [sys.executable, "-c", "from pgbraid.cli import main; main()"]
+    result = subprocess.run(entry + args + ["--json"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert body["error"]["code"] == "invalid_request"
+    assert body["error"]["details"] == {"field": field}
+    human = subprocess.run(entry + args, capture_output=True, text=True, env=env, timeout=120)
+    assert human.returncode == 2 and not human.stdout.startswith("{")
+
+
+def test_a_body_that_does_not_validate_reads_as_over_http(env, cli_pipeline):
+    """The message and field HTTP answers for {"query": ""} (test_http_errors), not
+    pydantic's own text."""
+    result = run(env, "search", cli_pipeline, "", "--json")
+    error = json.loads(result.stdout)["error"]
+    assert error["message"] == "query: must not be empty"
+    assert error["details"]["field"] == "query"
+    assert error["details"]["errors"] == [{"field": "query", "message": "query: must not be empty"}]

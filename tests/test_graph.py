@@ -202,7 +202,7 @@ def test_edges_written_in_sql_of_your_own_are_searchable_by_their_type(client, p
     assert [e["key"] for e in similar.trace.retrievers[0].details["entities"]] == ["s2"]
 
 
-def test_a_seed_whose_neighbours_are_all_hubs_samples_them_and_says_so(client, pipeline):
+def test_a_seed_whose_neighbours_are_all_hubs_finds_its_candidates_through_them(client, pipeline):
     members = [f"c{i:02d}" for i in range(12)]
     client.load_graph_records(pipeline, [("n", "s", "Seed", []), ("hub", "h", "Hub", [])]
                               + [("n", m, m, []) for m in members],
@@ -210,12 +210,13 @@ def test_a_seed_whose_neighbours_are_all_hubs_samples_them_and_says_so(client, p
     response = client.search(pipeline, "x", type="graph", params={
         "seed": "s", "mode": "similar", "edge_type": "in", "max_fanout": 3, "k": 5})
     details = response.trace.retrievers[0].details
-    assert details["capped"] == ["hub:h (more than 3)"] and details["hubs_sampled"] is True
-    assert "heaviest edges only" in details["cap_note"]
-    # equal weights: the hub's heaviest edges are its lowest vertex ids, the seed's excluded
+    assert details["capped"] == ["hub:h (13 edges)"]
+    assert details["hubs"]["certified_exact"] is True and details["hubs"]["hubs_read"] == ["hub:h"]
+    # all tie at 1.0: ordered by key
     assert [e["key"] for e in details["entities"]] == members[:5]
     assert {e["score"] for e in details["entities"]} == {1.0}
     wide = client.search(pipeline, "x", type="graph", params={
         "seed": "s", "mode": "similar", "edge_type": "in", "k": 20})
     assert len(wide.trace.retrievers[0].details["entities"]) == 12
     assert wide.trace.retrievers[0].details["capped"] == []
+    assert "hubs" not in wide.trace.retrievers[0].details

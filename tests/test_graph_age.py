@@ -228,3 +228,23 @@ def test_cypher_runs_under_ag_catalog_without_leaking_search_path(age_client, at
         assert len(found[seed]) > 20
         assert conn.execute("SELECT current_setting('search_path')").fetchone()[0] == before
         assert "ag_catalog" not in before
+
+
+@pytest.mark.parametrize("measure", ["jaccard", "adamic-adar"])
+def test_hub_certificates_agree_across_engines_and_the_reference(age_client, measure):
+    """Next to hubs both engines run the same certificate (walks.py, hubs.py) over their
+    own lookups: the same entities and the same hub trace, equal to the reference."""
+    from .test_graph_hubs import hub_graph
+
+    name = f"hubs-age-{measure}"
+    vertices, edges = hub_graph()
+    if name not in {p.name for p in age_client.pipelines()}:
+        age_client.create_pipeline(name, embedder="none")
+        age_client.load_graph_records(name, vertices, edges)
+    native, age = both(age_client, name, {"seed": "s", "mode": "similar", "edge_type": "to",
+                                          "measure": measure, "k": 10})
+    assert native == age
+    assert age[1]["hubs"]["certified_exact"] is True
+    expected = [(v.split(":", 1)[1], round(s, 6)) for v, s, _ in
+                reference.similar(edges, "n:s", {"to"}, measure=measure)[:10]]
+    assert [(e["key"], e["score"]) for e in age[1]["entities"]] == expected

@@ -77,7 +77,7 @@ def test_history_needs_as_of_and_a_versioned_strategy(client, timeline):
     with pytest.raises(InvalidRequest, match="strategy must be one of"):
         client.search(timeline["name"], "cobalt", type="history", as_of=timeline["first"],
                       params={"strategy": "graph"})
-    with pytest.raises(InvalidRequest, match="as_of must be"):
+    with pytest.raises(InvalidRequest, match="as_of: must be a datetime"):
         client.search(timeline["name"], "cobalt", type="bm25", as_of="yesterday")
 
 

@@ -68,6 +68,11 @@ EDGES = [("group", "G1", "uses", "technique", "T1"), ("group", "G1", "uses", "te
 SPECIAL = {
     "graph": [{"query": "APT29", "params": {"k": 10, "mode": "similar"}},
               {"query": "APT29", "params": {"k": 10, "mode": "neighbours", "hops": 2}}],
+    # Both methods; the word dictionary holds the secret and quarantined words too.
+    "fuzzy": [{"query": QUERY, "params": {"k": 10}},
+              {"query": QUERY, "params": {"k": 10, "method": "words"}},
+              {"query": "reactr maintenence secrte", "params": {"k": 10, "method": "words"}},
+              {"query": "geheime wartungsplan", "params": {"k": 10, "method": "words"}}],
 }
 FUSED = [{"type": "hybrid", "query": QUERY}, {"type": "auto", "query": QUERY},
          {"type": "auto", "query": "APT29"}, {"type": "hybrid", "query": "CVE-2021-44228 reactor"},

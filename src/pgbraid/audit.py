@@ -24,8 +24,9 @@ The tenant is the session's (row-level security checks it); ``tenant=`` on a
 
 Requests are counted, not written one by one: ``Usage`` adds up each key's
 requests per minute in the process (``key.use``) and writes one row per key per
-minute (``count``, ``detail.operations``) at the first request after that minute,
-or when the process reads the log or closes; so there is about one row per key,
+minute (``count``, ``detail.operations``) once the minute is over (``pgbraid serve``
+looks every 10 s; a library process at its next request), or when the process reads
+the log or closes; so there is about one row per key,
 minute and worker process (a flush by a read may split a minute in two), and a
 process killed with -9 loses its last minute's counts.
 Refusals are counted the same way, so a flood of refused requests is not a flood
@@ -268,6 +269,15 @@ class Usage:
         with self._lock:
             due = list(self._counts)
         self._write(due)
+
+    def write_due(self) -> None:
+        """Write the minutes that are over (``pgbraid serve`` calls this every few seconds,
+        so an idle server's last counts reach the log without waiting for a request)."""
+        now = _minute(datetime.now(timezone.utc))
+        with self._lock:
+            due = [k for k in self._counts if k[4] < now]
+        if due:
+            self._write(due)
 
     def _write(self, keys: list) -> None:
         with self._lock:

@@ -161,6 +161,10 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
         self._reads.open()
         return self._reads.status()
 
+    def write_audit_counts(self) -> None:
+        """Write the request counts of minutes that are over to the audit log."""
+        self._usage.write_due()
+
     def close(self) -> None:
         if not self._borrowed:
             self._usage.flush()

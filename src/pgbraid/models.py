@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import reprlib
@@ -61,7 +62,7 @@ def validate_name(kind: str, name: str) -> str:
 
 class SearchRequest(Frozen):
     query: str
-    type: str = "fulltext"
+    type: str = "auto"
     classification: tuple[str, ...] | None = None
     """What the reader holds (only narrows the principal's); None: the principal's default."""
     params: dict[str, Any] = Field(default_factory=dict)
@@ -93,8 +94,8 @@ class SearchRequest(Frozen):
     def _as_of(cls, value: Any) -> datetime | None:
         try:
             return parse_as_of(value)
-        except InvalidRequest as exc:
-            raise ValueError(exc.message) from exc
+        except InvalidRequest as exc:  # the field's name leads the message once, not twice
+            raise ValueError(exc.message.removeprefix("as_of ")) from exc
 
     @field_validator("cursor")
     @classmethod
@@ -141,7 +142,7 @@ def parse_search_request(data: dict[str, Any], *, max_query_chars: int, max_k: i
     try:
         request = SearchRequest.model_validate(data)
     except ValidationError as exc:
-        raise InvalidRequest(_first_error(exc), errors=_errors(exc)) from None
+        raise invalid(exc.errors()) from None
     k = number(request.params, "k", 5, 0, max_k, integer=True)
     offset = number(request.params, "offset", 0, 0, max_k, integer=True)
     if k + offset > max_k:
@@ -150,19 +151,33 @@ def parse_search_request(data: dict[str, Any], *, max_query_chars: int, max_k: i
     return request
 
 
-def _where(loc: tuple) -> str:
-    return printable(".".join(str(p) for p in loc), 100)
+def invalid(problems: list[dict[str, Any]], located: bool = False) -> InvalidRequest:
+    """Validation problems (pydantic's ``errors()``) as one InvalidRequest naming the first
+    field, the others in ``details.errors``: what every entry point (Python, CLI, HTTP,
+    MCP) answers for a body that does not validate. ``located``: FastAPI's problems, whose
+    location starts with where in the request (body, query, path, header)."""
+    listed = [_problem(p, located) for p in list(problems)[:20]]
+    if not listed:
+        return InvalidRequest("invalid request")
+    return InvalidRequest(listed[0]["message"], field=listed[0]["field"], errors=listed)
 
 
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [{"field": _where(err["loc"]), "message": err["msg"]} for err in exc.errors()[:20]]
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = _where(err["loc"]) or "request"
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {message}"
+def _problem(problem: dict[str, Any], located: bool) -> dict[str, str]:
+    """{"field", "message"} of one validation problem; the message names the field."""
+    loc = tuple(problem.get("loc", ()))
+    kind = problem.get("type", "")
+    inside = loc[1:] if located and loc and loc[0] in ("body", "query", "path", "header") else loc
+    field = printable(".".join(str(p) for p in inside), 100)
+    if kind == "json_invalid":
+        reason = printable(str((problem.get("ctx") or {}).get("error", "")), 80)
+        at = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return {"field": "body", "message": f"the body is not valid JSON: {reason}{at}"}
+    if kind == "extra_forbidden":
+        return {"field": field, "message": f"unknown field {field!r}"}
+    if kind == "missing" and located and loc == ("body",):
+        return {"field": "body", "message": "a JSON body is required"}
+    message = printable(str(problem.get("msg", "invalid")).removeprefix("Value error, "), 200)
+    return {"field": field, "message": f"{field or 'request'}: {message}"}
 
 
 # -- checks every entry point shares --------------------------------------------------
@@ -180,7 +195,10 @@ _REPR.maxstring = _REPR.maxother = 60
 
 
 def shown(value: Any) -> str:
-    """A short repr() of a caller's value for an error message (never its whole size)."""
+    """A short repr() of a caller's value for an error message (never its whole size);
+    true, false and null as JSON spells them (most values arrive as JSON)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
     try:
         return _REPR.repr(value)
     except ValueError:  # an int too long to print

@@ -13,6 +13,7 @@ the routes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Route
 
-from ..client import connect, load_settings
+from ..client import Client, connect, load_settings
 from ..config import Settings
 from . import audit, documents, entities, graph, health, keys, pipelines, search, ui
 from .auth import Api
@@ -45,6 +46,21 @@ def _version() -> str:
         return "0.0.0"
 
 
+logger = logging.getLogger(__name__)
+COUNTS_EVERY_S = 10
+
+
+async def _write_counts(client: Client) -> None:
+    """Audit counts of minutes that are over reach the log within COUNTS_EVERY_S, idle or
+    not (audit.Usage otherwise writes them at the next request)."""
+    while True:
+        await asyncio.sleep(COUNTS_EVERY_S)
+        try:
+            await run_in_threadpool(client.write_audit_counts)
+        except Exception:  # noqa: BLE001  (the log's writer logs; the loop must go on)
+            logger.exception("could not write audit counts")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
 
@@ -56,9 +72,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.api = Api(client, no_auth=settings.no_auth)
         if mcp is not None:
             await mcp.start()
+        counts = asyncio.create_task(_write_counts(client))
         try:
             yield
         finally:
+            counts.cancel()
             if mcp is not None:
                 await mcp.stop()
             await run_in_threadpool(client.close)

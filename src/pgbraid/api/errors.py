@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (ERRORS, INTERNAL, Forbidden, InvalidRequest, MethodNotAllowed, NotFound,
                       PayloadTooLarge, PgbraidError, Unauthorized, describe)
-from ..models import printable
+from ..models import invalid, printable
 
 COMMON = (400, 401, 403, 404, 500, 503, 504)
 """What any authenticated operation may answer besides its own success."""
@@ -79,28 +79,7 @@ def raise_as_pgbraid(exc: StarletteHTTPException) -> NoReturn:
 
 def from_validation(exc: RequestValidationError) -> InvalidRequest:
     """A request that did not validate (or parse) as one InvalidRequest naming the field."""
-    listed = [_problem(p) for p in list(exc.errors())[:20]]
-    if not listed:
-        return InvalidRequest("invalid request")
-    return InvalidRequest(listed[0]["message"], field=listed[0]["field"], errors=listed)
-
-
-def _problem(problem: dict[str, Any]) -> dict[str, str]:
-    """{"field", "message"} of one validation problem; the message names the field."""
-    loc = tuple(problem.get("loc", ()))
-    kind = problem.get("type", "")
-    inside = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
-    field = printable(".".join(str(p) for p in inside), 100)
-    if kind == "json_invalid":
-        reason = printable(str((problem.get("ctx") or {}).get("error", "")), 80)
-        at = f" at character {loc[1]}" if len(loc) > 1 else ""
-        return {"field": "body", "message": f"the body is not valid JSON: {reason}{at}"}
-    if kind == "extra_forbidden":
-        return {"field": field, "message": f"unknown field {field!r}"}
-    if kind == "missing" and loc == ("body",):
-        return {"field": "body", "message": "a JSON body is required"}
-    message = printable(str(problem.get("msg", "invalid")).removeprefix("Value error, "), 200)
-    return {"field": field, "message": f"{field or 'request'}: {message}"}
+    return invalid(list(exc.errors()), located=True)
 
 
 def install(app: FastAPI) -> None:

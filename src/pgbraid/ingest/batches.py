@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
@@ -29,12 +28,17 @@ from ..strategies.vector.store import check_vector
 from . import bm25_index, fragments
 from .bm25_index import Pending
 from .guard import held_of
-from .prepare import Prepared, prepare
+from .prepare import Prepared, detect_languages, prepare
 from .readers import ReadError, Skipped, SourceDocument
 from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
 
-LEXICAL_BATCH = 512  # documents a batch without an embedder (fewer segments, postings rows, merges)
+LEXICAL_BATCH = 2048  # documents a batch without an embedder (fewer segments, postings rows, merges)
 EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
+# Unless a batch size is given, lexical batches grow from an eighth of it, doubling: the
+# first batch is prepared with nothing to overlap, so it is kept small. (Embedded ones
+# do not: the model is the bottleneck either way, and runs best on full batches.)
+RAMP = 8
+BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
 
 # Current hashes of a batch's documents, and vectors of their current fragments.
 _KNOWN = """
@@ -114,11 +118,12 @@ def ingest(session: Callable, pipeline: Pipeline,
         bm25_index.ensure_stats(conn, pipeline.id)
         call = Call(bm25_index.next_segment(conn, pipeline.id))
     size = batch_size or (EMBEDDED_BATCH if embedder else LEXICAL_BATCH)
+    first = size if batch_size or embedder else max(1, size // RAMP)
     report = IngestReport()
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
-            for chunk in _chunks(_divert(items, report), size):
+            for chunk in _chunks(_divert(items, report), first, size):
                 batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
                 if previous is not None:
                     _finish(session, pipeline, previous.result(), report, call, on_error, progress)
@@ -154,9 +159,18 @@ def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | 
             yield item
 
 
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, size)):
+def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
+    """Batches of ``first`` items, then each twice the last, up to ``size``; a batch
+    also ends once its documents hold BATCH_CHARS characters."""
+    batch: list = []
+    chars = 0
+    for item in items:
+        batch.append(item)
+        chars += len(getattr(item, "text", "") or "")
+        if len(batch) >= first or chars >= BATCH_CHARS:
+            yield batch
+            batch, chars, first = [], 0, min(size, 2 * first)
+    if batch:
         yield batch
 
 
@@ -164,12 +178,13 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
              embedder: Embedder | None) -> Batch:
     """Prepare, analyse and embed what is new in a batch (in the worker thread)."""
     items: list[Prepared | ReadError] = []
+    languages = iter(detect_languages([i for i in chunk if not isinstance(i, ReadError)], pipeline))
     for item in chunk:
         if isinstance(item, ReadError):
             items.append(item)
             continue
         try:
-            ready = prepare(item, pipeline)
+            ready = prepare(item, pipeline, next(languages))
             if pipeline.bound is not None:  # ingest/guard.py
                 pipeline.bound.check_record(ready.doc.id, ready.classifications)
             items.append(ready)

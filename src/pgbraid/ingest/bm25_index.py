@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import psycopg
@@ -261,29 +262,19 @@ def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None
 
 
 def _pack(pending: Pending) -> dict[str, list]:
-    """The postings of the pending fragments per term (terms in code point order), each
-    list sorted by ordinal (bm25_topk searches them): built with numpy for the batch."""
+    """The postings of the pending fragments per term (bm25_merge.pack)."""
     sizes = np.fromiter(map(len, pending.terms), dtype=np.int64, count=len(pending.terms))
-    if not sizes.sum():
+    total = int(sizes.sum())
+    if not total:
         return {"terms": []}
-    terms = np.array([t for row in pending.terms for t in row])
-    tfs = np.minimum(np.fromiter((f for row in pending.tfs for f in row), dtype=np.int64,
-                                 count=int(sizes.sum())), MAX_LENGTH).astype("<u2")
+    ids = bm25_merge.numbered(chain.from_iterable(pending.terms))
+    term_of = np.fromiter(map(ids.__getitem__, chain.from_iterable(pending.terms)),
+                          dtype=np.int64, count=total)
+    tfs = np.minimum(np.fromiter(chain.from_iterable(pending.tfs), dtype=np.int64, count=total),
+                     MAX_LENGTH).astype("<u2")
     ordinals = np.repeat(np.asarray(pending.ordinals, dtype="<i4"), sizes)
     lengths = np.repeat(np.asarray(pending.lengths, dtype="<u2"), sizes)
-    unique, inverse = np.unique(terms, return_inverse=True)
-    order = np.lexsort((ordinals, inverse))
-    counts = np.bincount(inverse, minlength=len(unique))
-    bounds = np.concatenate(([0], np.cumsum(counts)))
-    ordinals, tfs, lengths = ordinals[order], tfs[order], lengths[order]
-    spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-    return {
-        "terms": unique.tolist(),
-        "counts": counts.tolist(),
-        "ordinals": [ordinals[a:b].tobytes() for a, b in spans],
-        "tfs": [tfs[a:b].tobytes() for a, b in spans],
-        "lengths": [lengths[a:b].tobytes() for a, b in spans],
-    }
+    return bm25_merge.pack(list(ids), term_of, ordinals, tfs, lengths)
 
 
 def _count(conn: psycopg.Connection, pipeline_id: int, pending: Pending) -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import count
+from typing import Iterable
 
 import numpy as np
 import psycopg
@@ -218,33 +220,59 @@ def excise(conn: psycopg.Connection, pipeline_id: int, partition: int, segment: 
                  (pipeline_id, segment))
 
 
+def numbered(terms: Iterable[str]) -> dict[str, int]:
+    """Each distinct term and its number, in order of first appearance (C-speed: a
+    Python loop over every posting's term was most of packing a batch)."""
+    return dict(zip(dict.fromkeys(terms), count()))
+
+
+def pack(terms: list[str], term_of: np.ndarray, ordinals: np.ndarray, tfs: np.ndarray,
+         lengths: np.ndarray) -> dict[str, list]:
+    """Postings rows (INSERT_POSTINGS) of postings given as flat arrays: posting i is of
+    ``terms[term_of[i]]`` (``terms`` distinct), fragment ``ordinals[i]`` ("<i4"), with
+    ``tfs[i]`` and ``lengths[i]`` ("<u2"). Terms in code point order, each list sorted
+    by ordinal (bm25_topk searches them); a fragment is in a term's list once. All in
+    numpy for the whole batch or merge: per term in Python it was most of a merge."""
+    rank = np.empty(len(terms), dtype=np.int64)
+    rank[sorted(range(len(terms)), key=terms.__getitem__)] = np.arange(len(terms))
+    ranked = rank[term_of]
+    order = np.lexsort((ordinals, ranked))
+    counts = np.bincount(ranked, minlength=len(terms))
+    bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+    ordinals, tfs, lengths = ordinals[order], tfs[order], lengths[order]
+    by_rank = sorted(terms)
+    spans = [(by_rank[r], bounds[r], bounds[r + 1]) for r in range(len(terms))
+             if bounds[r + 1] > bounds[r]]
+    return {
+        "terms": [term for term, _, _ in spans],
+        "counts": [b - a for _, a, b in spans],
+        "ordinals": [ordinals[a:b].tobytes() for _, a, b in spans],
+        "tfs": [tfs[a:b].tobytes() for _, a, b in spans],
+        "lengths": [lengths[a:b].tobytes() for _, a, b in spans],
+    }
+
+
 def _merged(conn: psycopg.Connection, pipeline_id: int, segments: list[int]) -> tuple[dict, int]:
     """The segments' postings per term, without dead fragments, sorted by ordinal;
     and how many dead fragments they held."""
     dead = conn.execute("SELECT coalesce(array_agg(ordinal), '{}') FROM pgbraid.bm25_dead"
                         " WHERE pipeline_id = %s AND segment = ANY(%s)",
                         (pipeline_id, segments)).fetchone()[0]
-    dead_set = np.asarray(dead, dtype="<i4")
-    parts: dict[str, list[tuple[bytes, bytes, bytes]]] = defaultdict(list)
     with conn.cursor(binary=True) as cur:
-        cur.execute("SELECT term, ordinals, tfs, lengths FROM pgbraid.bm25_postings"
-                    " WHERE pipeline_id = %s AND segment = ANY(%s)", (pipeline_id, segments))
-        for term, ordinals, tfs, lengths in cur:
-            parts[term].append((ordinals, tfs, lengths))
-    packed: dict[str, list] = {"terms": [], "counts": [], "ordinals": [], "tfs": [], "lengths": []}
-    for term in sorted(parts):
-        ordinals = np.concatenate([np.frombuffer(p[0], "<i4") for p in parts[term]])
-        tfs = np.concatenate([np.frombuffer(p[1], "<u2") for p in parts[term]])
-        lengths = np.concatenate([np.frombuffer(p[2], "<u2") for p in parts[term]])
-        keep = ~np.isin(ordinals, dead_set) if len(dead_set) else np.ones(len(ordinals), bool)
-        keep = np.flatnonzero(keep)[np.argsort(ordinals[keep], kind="stable")]
-        if len(keep):
-            packed["terms"].append(term)
-            packed["counts"].append(len(keep))
-            packed["ordinals"].append(ordinals[keep].tobytes())
-            packed["tfs"].append(tfs[keep].tobytes())
-            packed["lengths"].append(lengths[keep].tobytes())
-    return packed, len(dead)
+        rows = cur.execute("SELECT term, ordinals, tfs, lengths FROM pgbraid.bm25_postings"
+                           " WHERE pipeline_id = %s AND segment = ANY(%s)",
+                           (pipeline_id, segments)).fetchall()
+    ids = numbered(r[0] for r in rows)
+    row_terms = np.fromiter((ids[r[0]] for r in rows), dtype=np.int64, count=len(rows))
+    sizes = np.fromiter((len(r[1]) // 4 for r in rows), dtype=np.int64, count=len(rows))
+    term_of = np.repeat(row_terms, sizes)
+    ordinals = np.frombuffer(b"".join(r[1] for r in rows), dtype="<i4")
+    tfs = np.frombuffer(b"".join(r[2] for r in rows), dtype="<u2")
+    lengths = np.frombuffer(b"".join(r[3] for r in rows), dtype="<u2")
+    if dead:
+        keep = ~np.isin(ordinals, np.asarray(dead, dtype="<i4"))
+        term_of, ordinals, tfs, lengths = term_of[keep], ordinals[keep], tfs[keep], lengths[keep]
+    return pack(list(ids), term_of, ordinals, tfs, lengths), len(dead)
 
 
 def _merge(conn: psycopg.Connection, pipeline_id: int, partition: int, segments: list[int]) -> None:

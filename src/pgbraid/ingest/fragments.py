@@ -28,19 +28,23 @@ from psycopg import sql
 
 from .. import encryption
 from ..pipelines import Pipeline
+from . import dictionary
 
 if TYPE_CHECKING:
     from .prepare import Prepared
 
 # Per piece, in order: the fulltext tsvector (as text: its input form is exact), and
-# BM25's length, lexemes and their frequencies from the code-expanded text.
+# BM25's length, lexemes and their frequencies from the code-expanded text, the last
+# two also as text (the rows' COPY sends them so: psycopg's array dumper, in Python,
+# took a quarter of the writer's CPU).
 _ANALYSE = """
 SELECT CASE WHEN %(fulltext)s THEN
            (setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
             || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
             || setweight(to_tsvector(x.c, x.b), 'C'))::text
        END,
-       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}')
+       coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'),
+       coalesce(b.terms, '{}')::text, coalesce(b.tfs, '{}')::text
 FROM unnest(%(configs)s::regconfig[], %(titles)s::text[], %(sections)s::text[],
             %(bodies)s::text[], %(bm25)s::text[]) WITH ORDINALITY AS x(c, t, s, b, m, n)
 CROSS JOIN LATERAL (
@@ -54,7 +58,7 @@ ORDER BY x.n
 COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
            "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
            "bm25_length", "bm25_terms", "bm25_tfs", "title", "content_hash", "key_id", "words",
-           "quarantined")
+           "quarantined", "word_set")
 # The stored value of a plain column (encryption.seal_fragments adds them to a row).
 _STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
            "metadata": "stored_metadata"}
@@ -94,9 +98,10 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
     }
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(_ANALYSE, params).fetchall()
-    for (_, piece), (tsv, length, terms, tfs) in zip(pieces, rows):
+    for (_, piece), (tsv, length, terms, tfs, *forward) in zip(pieces, rows):
         piece.tsv = tsv
         piece.bm25 = (length, terms, tfs)
+        piece.forward = tuple(forward)
 
 
 def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
@@ -104,7 +109,8 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
     """The row of piece ``ordinal`` of (document row, version row, version number), of a
     ``quarantined`` document or not."""
     doc, piece = prepared.doc, prepared.pieces[ordinal]
-    length, terms, tfs = piece.bm25
+    length = piece.bm25[0]
+    terms, tfs = piece.forward
     return {"pipeline_id": pipeline.id, "document_id": owners[0], "version_id": owners[1],
             "version": owners[2], "ordinal": ordinal, "section": piece.section,
             "body": piece.text, "language": piece.config, "ts_config": piece.config,
@@ -117,14 +123,23 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
            rows: list[dict[str, Any]]) -> list[int]:
     """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
-    without an id (a plain pipeline's) get the column's default."""
+    without an id (a plain pipeline's) get the column's default. Their distinct words
+    (``word_set``) join the pipeline's fuzzy dictionary."""
     stored = stored_fragments(sealing, rows)
+    for piece in stored:  # sent space-separated (words hold no whitespace), split in SQL
+        piece["word_set"] = encryption.distinct_words(piece["title"], piece["section"],
+                                                      piece["body"])
     columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    values = sql.SQL(", ").join(
+        sql.SQL("string_to_array({}, ' ')").format(sql.Identifier("s", c)) if c == "word_set"
+        else sql.Identifier("s", c) for c in columns)
     stage = sql.Identifier(_STAGE)
     conn.execute(sql.SQL(
         "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
+    # psycopg's array dumper runs in Python: a text per row is a fraction of its cost.
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN word_set TYPE text").format(stage))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
             for row in stored:
@@ -132,14 +147,15 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
                                 for name in columns])
         # FROM the pipeline's bm25_stats row: see bm25_index.ensure_stats (Citus).
         cur.execute(sql.SQL(
-            "INSERT INTO pgbraid.fragments ({names}) SELECT {staged} FROM pgbraid.bm25_stats anchor"
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {values} FROM pgbraid.bm25_stats anchor"
             " JOIN {stage} s ON s.pipeline_id = anchor.pipeline_id WHERE anchor.pipeline_id = %s"
-            " RETURNING id, version_id, ordinal").format(
-                names=names, stage=stage,
-                staged=sql.SQL(", ").join(sql.Identifier("s", c) for c in columns)),
+            " RETURNING id, version_id, ordinal").format(names=names, values=values, stage=stage),
             (rows[0]["pipeline_id"],))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+    if stored:
+        dictionary.add(conn, stored[0]["pipeline_id"], (r["word_set"].split(" ") for r in stored
+                                                        if r["word_set"]))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 

@@ -16,11 +16,11 @@ from ..errors import InvalidRequest
 from ..models import DEFAULT_CLASSIFICATION
 from ..pipelines import Pipeline
 from .chunking import Chunk, chunk
-from .language import config_for, detect
-
-DETECT_CHARS = 400  # ~60 words: as sure as 4,000 characters on SciFact, CISI, Godot, ESET
+from .language import config_for, detect_many
 from .readers import SourceDocument
 from .tokens import expand_code
+
+DETECT_CHARS = 400  # ~60 words: as sure as 4,000 characters on SciFact, CISI, Godot, ESET
 
 
 @dataclass
@@ -34,6 +34,8 @@ class Piece:
     tsv: str | None = None
     """Its fulltext tsvector, and BM25 (length, terms, tfs): filled by fragments.analyse."""
     bm25: tuple[int, list[str], list[int]] = (0, [], [])
+    forward: tuple[str, str] = ("{}", "{}")
+    """BM25's terms and tfs as PostgreSQL array literals (fragments.analyse)."""
 
 
 @dataclass
@@ -59,9 +61,11 @@ def content_hash(doc: SourceDocument, classifications: tuple[str, ...]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def prepare(doc: SourceDocument, pipeline: Pipeline) -> Prepared:
+def prepare(doc: SourceDocument, pipeline: Pipeline, detected: str | None = None) -> Prepared:
+    """The document's fragments; ``detected``: its language as ``detect_languages`` found
+    it (detected here when not given)."""
     classifications = doc.classifications or (DEFAULT_CLASSIFICATION,)
-    doc_config = _document_config(doc, pipeline)
+    doc_config = _document_config(doc, pipeline, detected)
     # A supplied vector describes the whole text: such a document is one fragment.
     chunks = ([Chunk(doc.text, None)] if doc.embedding is not None
               else chunk(doc.text, target=pipeline.chunk_size))
@@ -74,13 +78,25 @@ def prepare(doc: SourceDocument, pipeline: Pipeline) -> Prepared:
     return Prepared(doc, classifications, content_hash(doc, classifications), pieces)
 
 
-def _document_config(doc: SourceDocument, pipeline: Pipeline) -> str:
+def detect_languages(docs: list[SourceDocument], pipeline: Pipeline) -> list[str | None]:
+    """The configuration detected for each document that names no language (None for
+    those that do), the batch in one pass of the model (language.detect_many).
+
+    Once per document, on its opening: its fragments share its language. (Per fragment
+    it took 40% of lexical ingestion's Python time on SciFact; the model's cost grows
+    with the text up to its 4,000-character window.)"""
+    todo = [i for i, doc in enumerate(docs) if not doc.language]
+    found: list[str | None] = [None] * len(docs)
+    texts = [docs[i].text[:DETECT_CHARS] for i in todo]
+    for i, config in zip(todo, detect_many(texts, default=pipeline.language, min_confidence=0.5)):
+        found[i] = config
+    return found
+
+
+def _document_config(doc: SourceDocument, pipeline: Pipeline, detected: str | None) -> str:
     if doc.language:
         config = config_for(doc.language)
         if config is None:
             raise InvalidRequest(f"unknown language {doc.language!r}", field="language")
         return config
-    # Once per document, on its opening: its fragments share its language. (Per fragment
-    # it took 40% of lexical ingestion's Python time on SciFact; the model's cost grows
-    # with the text up to its 4,000-character window.)
-    return detect(doc.text[:DETECT_CHARS], default=pipeline.language, min_confidence=0.5)
+    return detected or detect_languages([doc], pipeline)[0]

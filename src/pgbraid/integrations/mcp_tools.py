@@ -13,14 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..api.errors import from_validation
 from ..api.schemas import (NAME, Body, DocumentOut, GroundBody, GroundOut, Moment, SearchBody)
 from ..client import Client
 from ..errors import NotFound, error_body
-from ..models import PipelineInfo, SearchResponse, shown
+from ..models import PipelineInfo, SearchResponse, invalid, shown
 
 
 class SearchArguments(SearchBody):
@@ -118,7 +116,7 @@ def parse(tool: Tool, arguments: dict[str, Any]) -> BaseModel:
     try:
         return tool.arguments.model_validate(arguments)
     except ValidationError as exc:
-        raise from_validation(RequestValidationError(exc.errors())) from None
+        raise invalid(exc.errors()) from None
 
 
 def as_text(value: Any) -> str:

@@ -21,6 +21,16 @@ On an encrypted pipeline the text and title are sealed; the score is
 ``word_similarity(query, words)`` over the fragment's distinct words (sorted,
 lower-cased: ``fragments.words``, its own trigram index), ties broken by their
 whole ``similarity``.
+
+That is the text method. Over long text it is slow: a short query's trigrams occur
+in most long fragments, and each candidate is rescored over its whole text (41 s
+for one query at 100k fragments). The words method (strategies/fuzzy_words.py)
+matches each query word against the pipeline's word dictionary instead and scores
+fragments from per-word similarities. ``params.method`` chooses; ``auto`` takes
+words when the fragments in scope are long on average (BM25's statistics of the
+partitions in scope), text for short ones (names), whether or not the search is
+``as_of`` (a cursor's later pages search as of the first page's snapshot: they must
+rank as it did). The trace says which ran.
 """
 
 from __future__ import annotations
@@ -37,12 +47,17 @@ from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
+from . import fuzzy_words
 from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
 from .params import PAGING, Param
 
 DEFAULT_THRESHOLD = 0.5
 WIDENED_THRESHOLD = 0.3
 MAX_QUERY_CHARS = 500
+METHODS = ("auto", "text", "words")
+# The average fragment length (BM25 tokens, over the partitions in scope) from which
+# the word path is the cheaper one: measured, docs/benchmarks.md "Fuzzy".
+WORDS_FROM_LENGTH = 12.0
 
 # Score candidates on fragments alone, then join the k best for their columns.
 _SEARCH = """
@@ -63,17 +78,30 @@ _TEXT = ("greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(que
          "f.key_id IS NULL AND (f.body %%> %(query)s OR f.title %% %(query)s)")
 # An encrypted pipeline's text and title are sealed: its fragments' distinct words
 # (title, heading and text; encryption.distinct_words) stand in for both.
-_WORDS = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
-          "f.words IS NOT NULL AND f.words %%> %(query)s")
+_SEALED = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
+           "f.words IS NOT NULL AND f.words %%> %(query)s")
+# The average length of the fragments in scope, from the BM25 statistics of the
+# partitions it may see (Scope.partitions: nothing outside the scope moves it).
+_LENGTH = """
+SELECT sum(st.total_length)::float8 / nullif(sum(st.fragments), 0)
+FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats st
+  ON st.pipeline_id = p.pipeline_id AND st.partition_id = p.id
+WHERE {partitions}
+"""
 
 
 class Fuzzy(Strategy):
     name = "fuzzy"
-    description = "pg_trgm trigram similarity over fragment text and titles"
+    description = "pg_trgm trigram similarity over fragment text and titles, or word by word"
     params = (*PAGING, Param("threshold", "number", DEFAULT_THRESHOLD, "the minimum score "
                              "(trigram similarity, 0..1); omitted or null: 0.5, widened once to 0.3 when fewer "
                              "than k fragments reach 0.5", low=0.0, high=1.0,
-                             nullable=True))
+                             nullable=True),
+              Param("method", "choice", "auto", "text: the query against each candidate's "
+                    "text and title; words: each query word against the pipeline's word "
+                    "dictionary; auto: words when the fragments in scope average "
+                    f"{WORDS_FROM_LENGTH:g} tokens or more",
+                    choices=METHODS))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         if len(request.query) > MAX_QUERY_CHARS:
@@ -88,29 +116,50 @@ class Fuzzy(Strategy):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         threshold = self.param(request, "threshold")
-        columns = _WORDS if encryption.encrypted(pipeline) else _TEXT
-        rows = _search(conn, request.query, scope, k, threshold, columns)
-        details: dict[str, Any] = {"threshold": threshold}
+        method = _method(conn, self.param(request, "method"), scope)
+        def search(t: float) -> list[Row]:
+            _thresholds(conn, t)
+            if method == "words":
+                return fuzzy_words.search(conn, request.query, scope, k, t)
+            with conn.cursor(row_factory=class_row(Row)) as cur:
+                return cur.execute(*statement(request.query, scope, k, t,
+                                              encryption.encrypted(pipeline))).fetchall()
+        rows = search(threshold)
+        details: dict[str, Any] = {"threshold": threshold, "method": method}
         if len(rows) < k and request.params.get("threshold") is None:
-            rows = _search(conn, request.query, scope, k, WIDENED_THRESHOLD, columns)
+            rows = search(WIDENED_THRESHOLD)
             details.update(threshold=WIDENED_THRESHOLD,
                            widened=f"fewer than {k} fragments reached {threshold}")
             threshold = WIDENED_THRESHOLD
         details["rows"] = len(rows)
         if not rows:
-            details["explanation"] = (f"no fragment text or title in scope reaches trigram "
+            what = "words" if method == "words" else "text or title"
+            details["explanation"] = (f"no fragment {what} in scope reaches trigram "
                                       f"similarity {threshold}; lower params.threshold to widen")
         return Outcome(rows, details)
 
 
-def _search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
-            threshold: float, columns: tuple[str, str, str]) -> list[Row]:
+def _method(conn: psycopg.Connection, asked: str, scope: Scope) -> str:
+    if asked != "auto":
+        return asked
+    where, params = scope.partitions("p")
+    length = conn.execute(sql.SQL(_LENGTH).format(partitions=where), params).fetchone()[0]
+    return "words" if length is not None and length >= WORDS_FROM_LENGTH else "text"
+
+
+def statement(query: str, scope: Scope, k: int, threshold: float,
+              sealed: bool) -> tuple[sql.Composable, dict[str, Any]]:
+    """(statement, parameters) of one search by the text method: the k best fragments
+    reaching ``threshold`` (pg_trgm's thresholds set to it), on a ``sealed`` (encrypted)
+    pipeline or not."""
+    where, params = scope.where("f")
+    score, whole, match = _SEALED if sealed else _TEXT
+    return (sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
+                                    score=sql.SQL(score), whole=sql.SQL(whole),
+                                    match=sql.SQL(match)),
+            {**params, "query": query, "k": k})
+
+
+def _thresholds(conn: psycopg.Connection, threshold: float) -> None:
     set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
                      "pg_trgm.word_similarity_threshold": str(threshold)})
-    where, params = scope.where("f")
-    score, whole, match = columns
-    statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
-                                        score=sql.SQL(score), whole=sql.SQL(whole),
-                                        match=sql.SQL(match))
-    with conn.cursor(row_factory=class_row(Row)) as cur:
-        return cur.execute(statement, {**params, "query": query, "k": k}).fetchall()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -37,7 +38,8 @@ from psycopg import sql
 
 from ...errors import Conflict, NotEnabled
 from ... import pipelines
-from .walks import Lists, heaviest_first
+from .hubs import passes
+from .walks import REVERSE, Lists, heaviest_first
 
 EXTENSION = "age"
 VERTEX, EDGE = "entity", "link"
@@ -305,14 +307,34 @@ class Age:
     def profiles(self, ids, direction, types, of_type, among) -> dict[int, tuple[int, set[int]]]:
         return {v: (len(n), n & among) for v, n in self.lists(ids, direction, types, of_type).items()}
 
-    def counts(self, ids, direction, types, cap) -> dict[int, int]:
-        if cap is None:
-            return {v: len(n) for v, n in self.lists(ids, direction, types).items()}
+    def degrees(self, ids, direction, types) -> dict[int, int]:
         found: dict[int, int] = {}
-        for direction in (("out", "in") if direction == "both" else (direction,)):
-            for v, n in self._match("counts", ids, direction, types):
+        for way in (("out", "in") if direction == "both" else (direction,)):
+            for v, n in self._match("counts", ids, way, types):
                 found[v] = found.get(v, 0) + n
-        return {v: min(n, cap + 1) for v, n in found.items()}
+        return found
+
+    def counts(self, ids, direction, types) -> dict[int, int]:
+        return {v: len(n) for v, n in self.lists(ids, direction, types).items()}
+
+    def tally(self, hubs, direction, types, unread, need, afford, among=None, of_type=None):
+        pointing = self.lists(hubs, REVERSE[direction], types)
+        shared = Counter(c for z in hubs for c in pointing.get(z, ()))
+        lowest = min(need[0] + [need[1]])  # no degree can help a candidate below this
+        hopeful = sorted(c for c, a in shared.items() if a + unread >= lowest)
+        degree = self.degrees(hopeful, direction, types) if hopeful else {}
+        kept = {c: (shared[c], degree.get(c, 0), None) for c in hopeful
+                if passes(shared[c], degree.get(c, 0), unread, *need)}
+        cost = sum(d for _, d, _ in kept.values())
+        if cost > afford:
+            return {}, None
+        if among is None or not kept:
+            return kept, cost
+        theirs = self.lists(sorted(kept), direction, types)
+        kinds = self.types_of(sorted(kept)) if of_type is not None else {}
+        return {c: (a, d, theirs.get(c, set()) & among) for c, (a, d, _) in kept.items()
+                if of_type is None or kinds.get(c) == of_type
+                and passes(len(theirs.get(c, set()) & among), d, 0, *need)}, cost
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = [row for direction in (("out", "in") if direction == "both" else (direction,))

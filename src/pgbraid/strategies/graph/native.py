@@ -10,33 +10,74 @@ from __future__ import annotations
 
 import psycopg
 
-from .walks import Lists, heaviest_first
+from .hubs import window
+from .walks import REVERSE, Lists, heaviest_first
 
 # (vertex, neighbour) along the direction; $out / $in switch the halves on and off.
-_ENDS = """
-SELECT e.src AS v, e.dst AS n FROM pgbraid.edges e
- WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = ANY(%(ids)s) AND e.type = ANY(%(types)s)
-UNION ALL
-SELECT e.dst, e.src FROM pgbraid.edges e
- WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = ANY(%(ids)s) AND e.type = ANY(%(types)s)
-"""
+_HALVES = {
+    "out": """SELECT e.src AS v, e.dst AS n FROM pgbraid.edges e
+ WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = ANY(%(ids)s) AND e.type = ANY(%(types)s)""",
+    "in": """SELECT e.dst AS v, e.src AS n FROM pgbraid.edges e
+ WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = ANY(%(ids)s) AND e.type = ANY(%(types)s)"""}
+_ENDS = f"{_HALVES['out']}\nUNION ALL\n{_HALVES['in']}"
 _LISTS = f"SELECT x.v, x.n FROM ({_ENDS}) x"
 _LISTS_OF_TYPE = (f"SELECT x.v, x.n FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.id = x.n"
                   " WHERE nv.type = %(nt)s")
 
-# Edges per vertex up to cap + 1, per type and direction (each an index-only scan).
-_COUNTS = """
-SELECT f.v, (SELECT count(*) FROM (
-    SELECT 1 FROM unnest(%(types)s::text[]) t(type) CROSS JOIN LATERAL (
-        SELECT 1 FROM pgbraid.edges e WHERE %(out)s AND e.pipeline_id = %(p)s AND e.src = f.v
-           AND e.type = t.type LIMIT %(limit)s) a
-    UNION ALL
-    SELECT 1 FROM unnest(%(types)s::text[]) t(type) CROSS JOIN LATERAL (
-        SELECT 1 FROM pgbraid.edges e WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = f.v
-           AND e.type = t.type LIMIT %(limit)s) b
-    LIMIT %(limit)s) x) AS n
-FROM unnest(%(ids)s::bigint[]) f(v)
+# Edges per vertex along the direction, from the precomputed counts (migration 022).
+_STORED = """
+SELECT g.vertex, sum(g.edges)::bigint FROM pgbraid.vertex_degrees g
+ WHERE g.pipeline_id = %(p)s AND g.vertex = ANY(%(ids)s) AND g.type = ANY(%(types)s)
+   AND ((%(out)s AND g.outgoing) OR (%(in)s AND NOT g.outgoing))
+ GROUP BY g.vertex
 """
+
+# Who points at the hubs, how many of them (a), and their degree (D), kept when
+# least(a + unread, D) >= need[D] (hubs.passes). A candidate's degree is one index
+# probe, so it is probed only when a >= %(probe_from)s; below that (a = 1: most of a
+# hub's list) its degree must lie in a narrow window, read as a range of
+# vertex_degrees_size and hashed instead (one edge type and direction only).
+_TALLY = """
+WITH shared AS MATERIALIZED (
+    SELECT x.n AS c, count({distinct} x.v)::int AS a FROM ({ends}) x GROUP BY x.n),
+     sized AS (
+    SELECT g.vertex, g.edges FROM pgbraid.vertex_degrees g
+     WHERE %(window)s AND g.pipeline_id = %(p)s AND g.type = %(type)s AND g.outgoing = %(cout)s
+       AND g.edges BETWEEN %(low)s AND %(high)s),
+     kept AS (
+    SELECT s.c, s.a, w.edges::int AS d FROM shared s JOIN sized w ON w.vertex = s.c
+     WHERE s.a < %(probe_from)s AND least(s.a + %(unread)s, w.edges)
+           >= coalesce((%(need)s::int[])[w.edges], %(beyond)s)
+    UNION ALL
+    SELECT s.c, s.a, d.n FROM shared s CROSS JOIN LATERAL (
+        SELECT sum(g.edges)::int AS n FROM pgbraid.vertex_degrees g
+         WHERE g.pipeline_id = %(p)s AND g.vertex = s.c AND g.type = ANY(%(types)s)
+           AND ((%(cout)s AND g.outgoing) OR (%(cin)s AND NOT g.outgoing))) d
+     WHERE s.a >= %(probe_from)s
+       AND least(s.a + %(unread)s, d.n) >= coalesce((%(need)s::int[])[d.n], %(beyond)s)),
+     cost AS (SELECT coalesce(sum(k.d), 0)::bigint AS edges FROM kept k)
+{select}
+UNION ALL SELECT NULL, NULL, NULL, NULL, cost.edges FROM cost
+"""
+# The kept candidates (with no more of their edges to read than %(afford)s)
+_KEPT = ("SELECT k.c, k.a, k.d, NULL::bigint[], NULL::bigint FROM kept k, cost"
+         " WHERE cost.edges <= %(afford)s")
+# ... and, when the stored degree is the candidate's neighbour count (one edge type and
+# direction, no neighbour_type), each kept candidate's neighbours among the seed's,
+# read from its own edges (index-only: the filter is not an index condition, which
+# would pick the primary key and visit the heap): its exact score, kept when it
+# still reaches need.
+_SCORED = """SELECT k.c, k.a, k.d, m.shared, NULL::bigint FROM kept k, cost CROSS JOIN LATERAL (
+    SELECT array_agg(x.n) FILTER (WHERE x.n = ANY(%(among)s)) AS shared FROM (
+        SELECT e.dst AS n FROM pgbraid.edges e WHERE %(cout)s AND e.pipeline_id = %(p)s
+           AND e.src = k.c AND e.type = %(type)s
+        UNION ALL
+        SELECT e.src FROM pgbraid.edges e WHERE %(cin)s AND e.pipeline_id = %(p)s
+           AND e.dst = k.c AND e.type = %(type)s) x) m
+WHERE cost.edges <= %(afford)s AND least(coalesce(cardinality(m.shared), 0), k.d) >= coalesce((%(need)s::int[])[k.d], %(beyond)s)
+  AND (%(ct)s::text IS NULL
+       OR EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.id = k.c AND v.type = %(ct)s))"""
+
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
              f" FROM ({_ENDS}) x GROUP BY x.v")
@@ -87,11 +128,32 @@ class Native:
         statement = _PROFILES if of_type is None else _PROFILES_OF_TYPE
         return {v: (n, set(shared or ())) for v, n, shared in self.conn.execute(statement, params)}
 
-    def counts(self, ids, direction, types, cap) -> dict[int, int]:
-        params = self._params(ids, direction, types)
-        if cap is None:
-            return dict(self.conn.execute(_DEGREES, params).fetchall())
-        return dict(self.conn.execute(_COUNTS, {**params, "limit": cap + 1}).fetchall())
+    def degrees(self, ids, direction, types) -> dict[int, int]:
+        return dict(self.conn.execute(_STORED, self._params(ids, direction, types)).fetchall())
+
+    def counts(self, ids, direction, types) -> dict[int, int]:
+        return dict(self.conn.execute(_DEGREES, self._params(ids, direction, types)).fetchall())
+
+    def tally(self, hubs, direction, types, unread, need, afford, among=None, of_type=None):
+        table, beyond = need
+        ends = self._params(hubs, REVERSE[direction], types)
+        mine = self._params(hubs, direction, types)
+        single = len(types) == 1 and direction != "both"
+        sizes = window(table, beyond, unread) if single else None
+        low, high = sizes or (1, 0)
+        # one half of _ENDS when one direction: the planner then knows how many
+        # candidates to expect (through a UNION it guesses 200, and probes each)
+        statement = _TALLY.format(ends=_HALVES[REVERSE[direction]] if single else _ENDS,
+                                  distinct="" if single else "DISTINCT",
+                                  select=_KEPT if among is None else _SCORED)
+        rows = self.conn.execute(statement, {
+            **ends, "cout": mine["out"], "cin": mine["in"], "type": types[0], "unread": unread,
+            "need": table, "beyond": beyond, "window": high >= low, "low": low, "high": high,
+            "probe_from": 1 if sizes is None else 2, "among": sorted(among or ()),
+            "ct": of_type, "afford": afford}).fetchall()
+        cost = rows.pop()[4]
+        kept = {c: (a, n, None if among is None else set(shared or ())) for c, a, n, shared, _ in rows}
+        return kept, (cost if cost <= afford else None)
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = self.conn.execute(_HEAVIEST, {**self._params(ids, direction, types),

@@ -7,9 +7,10 @@ exact (case-insensitive), then trigram similarity; the trace says which.
 ``mode: similar``: entities sharing neighbours with the seed along
 ``params.edge_type`` (e.g. group -uses-> technique), optionally only neighbours
 of ``params.neighbour_type``; a neighbour with more than ``params.max_fanout``
-(default 1,000) edges is a hub, through which no candidates are generated (it
-still counts in every candidate's score; hubs are named in the trace), ranked
-by ``params.measure``:
+(default 1,000) edges is a hub, whose list is read only as far as proving that no
+candidate sharing only hubs is missing needs (``hubs.py``; the trace's ``hubs``
+says what was read and whether the answer is certified exact, within
+``params.hub_budget`` edges), ranked by ``params.measure``:
     jaccard     |N(s) ∩ N(c)| / |N(s) ∪ N(c)|
     cosine      |N(s) ∩ N(c)| / sqrt(|N(s)| · |N(c)|)
     adamic-adar Σ over shared z of 1 / ln(deg(z))
@@ -51,6 +52,7 @@ MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
 SIMILAR_FANOUT = 1_000    # a neighbour with more edges is a hub; ATT&CK's busiest technique has 498
 NEIGHBOUR_FANOUT = 100    # per walked vertex
+HUB_BUDGET = 500_000      # hub edges read by similar's certificate (hubs.py)
 
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
@@ -107,8 +109,12 @@ PARAMS = (
           "similar)", rule="the seed's type"),
     Param("hops", "integer", 2, "how far the walk goes (mode neighbours)", low=1, high=3),
     Param("max_fanout", "integer", None, "neighbours: edges followed out of each vertex, "
-          "heaviest first; similar: a neighbour with more edges is a hub, not followed",
+          "heaviest first; similar: a neighbour with more edges is a hub, read smallest first and only "
+          "as far as proving the answer needs",
           low=1, high=100_000, rule=f"{SIMILAR_FANOUT} (similar), {NEIGHBOUR_FANOUT} (neighbours)"),
+    Param("hub_budget", "integer", HUB_BUDGET, "similar: the most edges read (hub lists and "
+          "the candidates found in them) to prove that no candidate sharing only hubs with the "
+          "seed is missing; past it the trace says not certified exact", low=0, high=100_000_000),
     Param("engine", "choice", "pgbraid", "pgbraid's SQL, or Apache AGE when opted in",
           choices=("pgbraid", "age")),
 )
@@ -141,9 +147,13 @@ class Graph(Strategy):
         known = _known_types(conn, pipeline.id)
         types = _types(request) or known["edges"]
         unknown = [t for t in types if t not in known["edges"]]
-        if unknown or not types:
-            raise InvalidRequest(f"unknown edge type(s) {unknown or types}; this pipeline has "
-                                 f"{known['edges'] or 'no edges'}", field="edge_types")
+        if not known["edges"]:
+            raise InvalidRequest("this pipeline has no edges yet: load vertices and edges first "
+                                 "(POST /pipelines/{p}/graph, client.load_graph)",
+                                 field="edge_types")
+        if unknown:
+            raise InvalidRequest(f"unknown edge type(s) {', '.join(map(shown, unknown))}; this "
+                                 f"pipeline has {', '.join(known['edges'])}", field="edge_types")
         for key in ("seed_type", "neighbour_type", "candidate_type"):
             value = request.params.get(key)
             if value is not None and value not in known["vertices"]:
@@ -155,7 +165,7 @@ class Graph(Strategy):
                                    "seed_resolved_by": how, "edge_types": types, "direction": direction}
         adj = self._adjacency(conn, pipeline, request, context, details)
         answer = _similar if mode == "similar" else _neighbours
-        entities = answer(adj, conn, seed, types, direction, request, details)
+        entities = answer(adj, conn, seed, types, direction, request, details, known["vertices"])
         entities = entities[:k]
         details["entities"] = entities
         if not entities:
@@ -217,29 +227,24 @@ def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) ->
     return rows[0], how
 
 
-def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
+def _similar(adj, conn, seed, types, direction, request, details, kinds) -> list[dict]:
     measure = _DECLARED["measure"].value(request.params)
     cap = request.params.get("max_fanout", SIMILAR_FANOUT)
-    scored, found = walks.similar(
-        adj, seed["id"], types, direction, cap=cap, measure=measure, want=_want(request),
-        neighbour_type=request.params.get("neighbour_type"),
-        candidate_type=request.params.get("candidate_type", seed["type"]))
-    hubs = found["hubs"]
+    budget = _DECLARED["hub_budget"].value(request.params)
+    kind = request.params.get("candidate_type", seed["type"])
+    question = walks.Question(seed["id"], types, direction, request.params.get("neighbour_type"),
+                              None if kinds == [kind] else kind, measure,
+                              _want(request))
+    scored, hubs, search = walks.similar(adj, question, cap=cap, budget=budget)
+    considered = len(scored)
+    scored = _best(scored, question.want)
     keys = _keys(conn, sorted({s["id"] for s in scored} | {z for s in scored for z in s["shared"]}
                               | set(hubs)))
-    capped = sorted(f"{keys[z]['type']}:{keys[z]['key']} ({n if n <= cap else f'more than {cap}'})"
-                    for z, n in hubs.items())
-    details.update(measure=measure, candidates=found["candidates"], max_fanout=cap, capped=capped)
-    if capped:
-        details["cap_note"] = (
-            f"{len(capped)} of the seed's neighbours have more than {cap} edges (hubs): "
-            + (f"candidates came through their {cap} heaviest edges only, as other neighbours "
-               "gave fewer than k" if found["hubs_sampled"] else
-               "candidates were not generated through them")
-            + "; hubs count in every candidate's shared neighbours and score; candidates "
-            "sharing only hubs with the seed may be missing (raise params.max_fanout to follow "
-            "hubs in full)")
-        details["hubs_sampled"] = found["hubs_sampled"]
+    name = {z: f"{keys[z]['type']}:{keys[z]['key']}" for z in hubs}
+    details.update(measure=measure, candidates=considered, max_fanout=cap,
+                   capped=sorted(f"{name[z]} ({n:,} edges)" for z, n in hubs.items()))
+    if search is not None:
+        details["hubs"] = _hub_trace(search, name, question)
     entities = [{**keys[s["id"]], "score": round(s["score"], 6),
                  "evidence": {"shared_neighbours": sorted(keys[z]["key"] for z in s["shared"]),
                               "shared": len(s["shared"]), "degree": s["degree"],
@@ -248,12 +253,48 @@ def _similar(adj, conn, seed, types, direction, request, details) -> list[dict]:
     return sorted(entities, key=lambda e: (-e["score"], e["key"]))
 
 
+def _best(scored: list[dict], want: int) -> list[dict]:
+    """The candidates that can be on the page: the ``want`` best scores, ties at the last
+    one included (they are ordered by key, which is looked up only for these)."""
+    if len(scored) <= want:
+        return scored
+    last = sorted((s["score"] for s in scored), reverse=True)[want - 1]
+    return [s for s in scored if s["score"] >= last]
+
+
+_BOUNDS = {"jaccard": "jaccard <= shared / |N(seed)|", "cosine": "cosine <= sqrt(shared / |N(seed)|)",
+           "adamic-adar": "adamic-adar <= the sum of 1 / ln(degree) over the unread hubs"}
+
+
+def _hub_trace(search, name: dict[int, str], question) -> dict[str, Any]:
+    """How candidates sharing only hubs with the seed were handled (hubs.py)."""
+    t = "none yet" if search.threshold is None else f"{search.threshold:.6f}"
+    read = search.order[:search.read]
+    trace = {"certified_exact": search.certified, "hubs": [name[z] for z in search.order],
+             "hubs_read": [name[z] for z in read], "hub_edges_read": search.hub_edges_read,
+             "edges_read": search.edges_read,
+             "rounds": search.rounds, "candidates_verified": search.verified,
+             "budget": search.budget, "kth_best": search.threshold,
+             "unseen_bound": round(search.bound, 6)}
+    if search.certified:
+        trace["bound"] = (f"a candidate in none of the {len(read)} hub lists read shares only "
+                          f"the other {len(search.order) - len(read)} hubs: "
+                          f"{_BOUNDS[question.measure]} = {search.bound:.6f} < the k-th best "
+                          f"score {t} (k = {question.want})" if len(read) < len(search.order) else
+                          "every hub's list was read: no candidate was left out")
+        trace["note"] = "certified exact: no candidate sharing only hubs can enter the answer"
+    else:
+        trace["note"] = (f"not certified exact: {search.stopped}; candidates sharing only the "
+                         f"unread hubs may be missing (raise params.hub_budget)")
+    return trace
+
+
 def _want(request: SearchRequest) -> int:
     """How many candidates the page needs (offset + k)."""
     return _DECLARED["k"].value(request.params) + _DECLARED["offset"].value(request.params)
 
 
-def _neighbours(adj, conn, seed, types, direction, request, details) -> list[dict]:
+def _neighbours(adj, conn, seed, types, direction, request, details, kinds) -> list[dict]:
     hops = request.params.get("hops", 2)
     cap = request.params.get("max_fanout", NEIGHBOUR_FANOUT)
     rows, capped = walks.neighbours(adj, seed["id"], types, direction, hops=hops, cap=cap)

@@ -12,7 +12,10 @@ Loading validates every line first (malformed lines, self-loops, duplicate
 edges, endpoints that exist neither in the file nor in the pipeline) and
 reports them with line numbers; then it upserts everything in one transaction,
 so a load is visible whole or not at all, and loading the same file twice
-changes nothing. Deleting a vertex deletes its edges.
+changes nothing. Deleting a vertex deletes its edges. Every write to the edges
+(these, cascaded deletes, SQL of your own) also keeps each vertex's edge count per
+type and direction in pgbraid.vertex_degrees, by triggers in the same transaction
+(migration 022): what `similar` reads to find and order hubs.
 """
 
 from __future__ import annotations

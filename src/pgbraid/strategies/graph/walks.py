@@ -1,24 +1,20 @@
 """The graph questions, answered the same way over either engine's adjacency.
 
-An ``Adjacency`` answers four lookups over a pipeline's edges (pgbraid's own SQL
+An ``Adjacency`` answers a few batched lookups over a pipeline's edges (pgbraid's own SQL
 in ``native``, Cypher over an Apache AGE mirror in ``age``); ``similar`` and
 ``neighbours`` here turn them into entities, so both engines give the same
 entities, scores, evidence and trace by construction.
 
 similar (Jaccard, cosine, Adamic-Adar over shared neighbours):
   1. N(s), the seed's neighbours (of ``neighbour_type`` when given);
-  2. each neighbour's degree, counted only up to ``cap`` + 1: a neighbour with more
-     than ``cap`` edges is a *hub*. Candidates are generated through non-hubs only
-     (a hub's edges are not read: at 1M edges one hub has 100k of them, and a
-     shared hub is weak evidence, ~1/ln(degree) in Adamic-Adar);
-  3. candidates: whoever points at a non-hub neighbour (of ``candidate_type``);
-  4. when that gives fewer than k candidates, the hubs' heaviest edges bring more
-     (max(k, cap / hubs) of each: a sample of the hubs' neighbours, the trace says so);
-  5. each candidate's own neighbours, in full: shared sets, degrees and scores are
-     exact, hubs included. Only candidates that share *nothing but hubs* with the
-     seed (beyond that sample) are not considered; the trace names the hubs.
-  With no hub among N(s) the answer is the exact one (tested against a
-  plain-Python reference: ``reference.py``).
+  2. each neighbour's degree (precomputed: pgbraid.vertex_degrees, migration 022): a
+     neighbour with more than ``cap`` edges is a *hub*;
+  3. candidates through non-hubs: whoever points at a non-hub neighbour (of
+     ``candidate_type``), each scored exactly from its own neighbours, hubs included;
+  4. candidates sharing *only hubs* with the seed: ``hubs.py`` reads the hubs' lists
+     smallest first, just far enough to prove that no unread one can enter the top
+     k (the answer is then *certified exact*), within a budget of edges read.
+  Tested against a plain-Python reference that follows every hub: ``reference.py``.
 
 neighbours (a walk of ``hops`` levels):
   breadth first, one lookup per level, each vertex expanded once through its
@@ -30,7 +26,10 @@ neighbours (a walk of ``hops`` levels):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
+
+from .hubs import SLACK, Bound, HubSearch, passes
 
 Lists = dict[int, set[int]]
 
@@ -44,9 +43,22 @@ class Adjacency(Protocol):
                  among: set[int]) -> dict[int, tuple[int, set[int]]]:
         """Each id's number of neighbours (of ``of_type``) and those of them in ``among``."""
 
-    def counts(self, ids: list[int], direction: str, types: list[str],
-               cap: int | None) -> dict[int, int]:
-        """Each id's edges along ``direction``, counted up to cap + 1 (None: all, distinct)."""
+    def degrees(self, ids: list[int], direction: str, types: list[str]) -> dict[int, int]:
+        """Each id's edges along ``direction`` (of these types; "both": in and out)."""
+
+    def counts(self, ids: list[int], direction: str, types: list[str]) -> dict[int, int]:
+        """Each id's distinct neighbours along ``direction`` (reads every edge)."""
+
+    def tally(self, hubs: list[int], direction: str, types: list[str], unread: int,
+              need: tuple[list[int], int], afford: int, among: set[int] | None = None,
+              of_type: str | None = None) -> tuple[dict[int, tuple], int | None]:
+        """The vertices with some of ``hubs`` among their neighbours along ``direction``:
+        c -> (how many of them, a; c's degree, D; None), kept when ``hubs.passes``, and
+        the sum of their degrees (the edges scoring them reads). With ``among`` (the
+        seed's neighbours; only when D is c's neighbour count) each kept c of vertex
+        type ``of_type`` is scored too: (a, D, N(c) & among), kept when it still passes
+        with its exact shared count. Nothing is kept (cost None) when the degrees add
+        up to more than ``afford``."""
 
     def heaviest(self, ids: list[int], direction: str, types: list[str],
                  cap: int) -> dict[int, list[tuple[int, str]]]:
@@ -68,40 +80,151 @@ def heaviest_first(rows) -> dict[int, list[tuple[int, str]]]:
 REVERSE = {"out": "in", "in": "out", "both": "both"}
 
 
-def similar(adj: Adjacency, seed: int, types: list[str], direction: str, *, cap: int, want: int,
-            neighbour_type: str | None, candidate_type: str, measure: str) -> tuple[list[dict], dict]:
-    """Scored candidates (id, score, shared ids, degree, seed degree) and trace details."""
-    mine = adj.lists([seed], direction, types, neighbour_type).get(seed, set())
-    degrees = adj.counts(sorted(mine), REVERSE[direction], types, cap)
-    hubs = {z: n for z, n in degrees.items() if n > cap}
+@dataclass
+class Question:
+    """One similar question: the seed, what is followed and how it is scored."""
+
+    seed: int
+    types: list[str]
+    direction: str
+    neighbour_type: str | None
+    candidate_type: str | None   # None: every vertex is of the seed's type (no lookup)
+    measure: str
+    want: int
+
+
+def similar(adj: Adjacency, q: Question, *, cap: int,
+            budget: int) -> tuple[list[dict], dict[int, int], HubSearch | None]:
+    """Scored candidates (id, score, shared ids, degree, seed degree), the hubs (id ->
+    degree) and how the candidates sharing only hubs were handled."""
+    back = REVERSE[q.direction]
+    mine = adj.lists([q.seed], q.direction, q.types, q.neighbour_type).get(q.seed, set())
+    degree = adj.degrees(sorted(mine), back, q.types)
+    hubs = {z: degree[z] for z in mine if degree.get(z, 0) > cap}
     followed = sorted(mine - hubs.keys())
-    pointing = adj.lists(followed, REVERSE[direction], types) if followed else {}
-    candidates = _of_type(adj, {c for z in followed for c in pointing.get(z, ())} - {seed},
-                          candidate_type)
-    sampled = len(candidates) < want and bool(hubs)
-    if sampled:  # too few through non-hubs: a share of cap over the hubs' heaviest edges
-        share = max(want, cap // len(hubs)) + 1  # + 1: the seed is one of them
-        through = adj.heaviest(sorted(hubs), REVERSE[direction], types, share)
-        more = {c for z in hubs for c, _ in through.get(z, [])[:share]} - {seed} - set(candidates)
-        candidates = sorted(set(candidates) | set(_of_type(adj, more, candidate_type)))
-    theirs = adj.profiles(candidates, direction, types, neighbour_type, mine) if candidates else {}
+    pointing = adj.lists(followed, back, q.types) if followed else {}
     zdeg = {z: len(pointing.get(z, ())) for z in followed}
-    if measure == "adamic-adar" and hubs:
-        zdeg.update(adj.counts(sorted(hubs), REVERSE[direction], types, None))
-    scored = []
-    for c in candidates:
-        degree, shared = theirs.get(c, (0, set()))
-        value = {"jaccard": lambda: len(shared) / (len(mine) + degree - len(shared)),
-                 "cosine": lambda: len(shared) / math.sqrt(len(mine) * degree),
-                 "adamic-adar": lambda: sum(1.0 / math.log(zdeg[z]) for z in shared
-                                            if zdeg.get(z, 0) > 1)}[measure]()
-        scored.append({"id": c, "score": value, "shared": sorted(shared), "degree": degree,
-                       "seed_degree": len(mine)})
-    details = {"candidates": len(candidates), "hubs": hubs, "hubs_sampled": sampled}
-    return scored, details
+    if q.measure == "adamic-adar" and hubs:  # a hub's edges are its neighbours with one type
+        one = len(q.types) == 1 and q.direction != "both"
+        zdeg.update(hubs if one else adj.counts(sorted(hubs), back, q.types))
+    scorer = _Scorer(adj, q, mine, zdeg)
+    scorer.verify({c for z in followed for c in pointing.get(z, ())})
+    search = _hub_rounds(adj, q, scorer, hubs, zdeg, budget) if hubs else None
+    return list(scorer.scored.values()), hubs, search
 
 
-def _of_type(adj: Adjacency, found: set[int], candidate_type: str) -> list[int]:
+class _Scorer:
+    """Exact scores of candidates, each candidate's neighbours read once."""
+
+    def __init__(self, adj: Adjacency, q: Question, mine: set[int], zdeg: dict[int, int]) -> None:
+        self.adj, self.q, self.mine, self.zdeg = adj, q, mine, zdeg
+        self.scored: dict[int, dict] = {}
+        self.done: set[int] = {q.seed}
+
+    def verify(self, found: set[int]) -> int:
+        fresh = found - self.done
+        self.done |= fresh
+        candidates = _of_type(self.adj, fresh, self.q.candidate_type)
+        theirs = (self.adj.profiles(candidates, self.q.direction, self.q.types,
+                                    self.q.neighbour_type, self.mine) if candidates else {})
+        for c in candidates:
+            self._record(c, *theirs.get(c, (0, set())))
+        return len(candidates)
+
+    def add(self, found: dict[int, tuple[int, set[int]]]) -> int:
+        """Candidates scored by the engine already: (degree, shared) each."""
+        fresh = {c: v for c, v in found.items() if c not in self.done}
+        self.done |= fresh.keys()
+        for c, (degree, shared) in fresh.items():
+            self._record(c, degree, shared)
+        return len(fresh)
+
+    def _record(self, c: int, degree: int, shared: set[int]) -> None:
+        self.scored[c] = {"id": c, "score": self.score(shared, degree), "shared": sorted(shared),
+                          "degree": degree, "seed_degree": len(self.mine)}
+
+    def score(self, shared: set[int], degree: int) -> float:
+        if self.q.measure == "jaccard":
+            return len(shared) / (len(self.mine) + degree - len(shared))
+        if self.q.measure == "cosine":
+            return len(shared) / math.sqrt(len(self.mine) * degree)
+        return sum(1.0 / math.log(self.zdeg[z]) for z in shared if self.zdeg.get(z, 0) > 1)
+
+    def threshold(self) -> float | None:
+        """The k-th best score so far (None while fewer than k are scored)."""
+        if len(self.scored) < self.q.want:
+            return None
+        return sorted((s["score"] for s in self.scored.values()), reverse=True)[self.q.want - 1]
+
+
+def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, int],
+                zdeg: dict[int, int], budget: int) -> HubSearch:
+    """Read hub lists smallest first until the top k is proven (``hubs`` module)."""
+    order = sorted(hubs, key=lambda z: (hubs[z], z))
+    weights = ([1.0 / math.log(zdeg[z]) for z in order] if q.measure == "adamic-adar"
+               else [1.0] * len(order))
+    exact = len(q.types) == 1 and q.direction != "both" and q.neighbour_type is None
+    bound = Bound(q.measure, len(scorer.mine), weights, exact)
+    search = HubSearch(order, budget, hubs)
+    while True:
+        t = scorer.threshold()
+        search.threshold, search.bound = t, bound.unseen(search.read)
+        if not search.pending and (search.read == len(order) or (
+                t is not None and search.bound < t * (1 - SLACK))):
+            search.certified = True
+            return search
+        afford = search.start(search.read + 1) if search.read < len(order) else None
+        last = afford is None and search.pending
+        if last:  # no further round: score this one's candidates, if the budget allows
+            afford = search.start(search.read)
+        if afford is None:
+            return search
+        _round(adj, q, scorer, bound, search, afford, exact)
+        if search.pending and (last or search.read == len(order)):
+            search.stopped = "scoring the candidates kept would exceed the budget"
+            return search
+
+
+def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: HubSearch,
+           afford: int, exact: bool) -> None:
+    """One round: tally the hubs read, score what can still enter the top k."""
+    read, unread = search.read, len(search.order) - search.read
+    floor = bound.unseen(read)  # enough if this round certifies; else the next re-reads
+    need = bound.need(max(scorer.threshold() or 0.0, floor))
+    if exact:  # the engine scores what it keeps: a kept candidate's degree is exact
+        kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford,
+                               scorer.mine, q.candidate_type)
+        search.scored(cost)
+        if cost is not None:
+            search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in kept.items()})
+        return
+    kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford)
+    search.scored(cost)
+    if cost is not None:
+        _verify_best_first(scorer, bound, kept, unread, floor, search)
+
+
+def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple],
+                       unread: int, floor: float, search: HubSearch) -> None:
+    """Score the tallied candidates most promising first: each batch can raise the k-th
+    best score, and what can no longer reach it is dropped unread."""
+    def best(c: int) -> float:
+        a, degree, _ = kept[c]
+        x = min(a + unread, degree)
+        return bound.pair(x, degree if bound.exact else x)
+    waiting = sorted((c for c in kept if c not in scorer.done), key=lambda c: (-best(c), c))
+    size = max(4 * scorer.q.want, 64)
+    while waiting:
+        search.verified += scorer.verify(set(waiting[:size]))
+        need = bound.need(max(scorer.threshold() or 0.0, floor))
+        waiting = [c for c in waiting[size:] if passes(*kept[c][:2], unread, *need)]
+        size *= 2
+
+
+def _of_type(adj: Adjacency, found: set[int], candidate_type: str | None) -> list[int]:
+    """The vertices of the candidate type (None: the pipeline has no other)."""
+    if candidate_type is None:
+        return sorted(found)
     kinds = adj.types_of(sorted(found)) if found else {}
     return sorted(c for c in found if kinds.get(c) == candidate_type)
 
