@@ -193,7 +193,7 @@ def test_a_worker_down_mid_search_is_a_503_naming_it_and_no_answer(cluster, coor
         assert client.search(name, "reactor", type="hybrid").hits
 
 
-def test_the_app_role_logs_in_to_the_workers_only_on_citus(coordinator, superuser):
+def test_the_app_role_logs_in_to_the_workers_only_on_citus(coordinator, client, superuser):
     """pgbraid_app is NOLOGIN on a plain server; Citus connects as it to the workers."""
     with psycopg.connect(coordinator) as conn:
         assert conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = 'pgbraid_app'"
