@@ -191,8 +191,10 @@ def run(*, sizes: tuple[str, ...] = tuple(SIZES), build: bool = False) -> dict:
                 rows = peer.ensure(size, conn, pid, classes, base) if not peer.reason else None
                 reference = Reference(conn, pid, classes)
             for set_name, texts in sets.items():
+                before = os.getloadavg()[0]
                 results[(size, set_name)] = _measure(client, peer, reference, size, classes,
                                                      texts, tokens)
+                results[(size, set_name)]["load average"] = [before, os.getloadavg()[0]]
                 results[(size, set_name)]["fragments"] = len(reference.ordinals)
                 results[(size, set_name)]["pg_textsearch rows"] = rows
                 _print(size, set_name, results[(size, set_name)])

@@ -27,10 +27,9 @@ from typing import Any, Iterator
 
 import psycopg
 
-from . import documents, encryption, highlight, paging, pipelines, planner, strategies
-from .db.database import Database
+from . import documents, encryption, highlight, opening, paging, pipelines, planner, strategies
+from .db.database import Database, SnapshotEnded
 from .db.replicas import Router
-from .errors import Forbidden
 from .hits import respond
 from .legs import Leg, elapsed_ms, missing, run_fused, run_leg, run_single
 from .models import (DEFAULT_CLASSIFICATION, PipelineInfo, SearchRequest, SearchResponse,
@@ -54,6 +53,8 @@ class Engine:
         self.max_k = max_k
         self._pgsearch_ready = False
         self._textsearch_ready = False
+        self._guesses = opening.Guesses()
+        """What requests resolved to: their strategy's first statement goes ahead (opening.py)."""
 
     # -- requests -------------------------------------------------------------------
 
@@ -120,8 +121,12 @@ class Engine:
         context = self._prepare(principal, pipeline_name, asked, self.context_with_extensions())
 
         def on(db: Database) -> tuple[SearchResponse, Pipeline]:
-            return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
-                                   started)
+            try:
+                return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
+                                       started, ending=_may_end(asked, plan, page))
+            except SnapshotEnded:  # the scope rejected candidates: again, in one snapshot
+                return self._search_on(db, principal, pipeline_name, asked, plan, page, context,
+                                       started, ending=False)
         if self.reads is None:
             return on(self.db)
         (response, pipeline), served = self.reads.run(asked.consistency, asked.min_lsn, on)
@@ -130,14 +135,19 @@ class Engine:
 
     def _search_on(self, db: Database, principal: Principal, pipeline_name: str,
                    asked: SearchRequest, plan: planner.Plan, page: paging.Page,
-                   context: Context, started: float) -> tuple[SearchResponse, Pipeline]:
-        """The search in one snapshot of ``db`` (the primary or a read replica)."""
-        with db.snapshot(principal.tenant) as snapshot:
-            pipeline, held = self._resolve(snapshot.conn, principal, pipeline_name,
-                                           asked.classification)
-            request = asked.model_copy(update={"classification": held})
+                   context: Context, started: float, *,
+                   ending: bool) -> tuple[SearchResponse, Pipeline]:
+        """The search in one snapshot of ``db`` (the primary or a read replica), opened
+        in one round trip with the pipeline resolved (opening.py); ``ending``: the
+        strategy's last statement may end the snapshot."""
+        first = opening.First(principal, pipeline_name, asked, plan,
+                              None if page.pinned else page.as_of, context, self._guesses)
+        with db.snapshot(principal.tenant, first.send) as snapshot:
+            pipeline, held, early = first.receive(snapshot.opened)
+            pipeline = dataclasses.replace(pipeline, keyring=self.keyring)
+            context = dataclasses.replace(context, opened=early, ends_snapshot=ending)
+            request, scope = opening.scope_of(pipeline, held, asked, page.as_of)
             encryption.check_filters(pipeline, request.filters)
-            scope = Scope(pipeline.id, held, request.filters, as_of=page.as_of)
             if paging.still_current(snapshot.conn, page, scope):
                 scope = dataclasses.replace(scope, as_of=None)  # the same versions, indexed
             if plan.fused:
@@ -150,7 +160,7 @@ class Engine:
                     legs.append(leg)
             else:
                 legs = [run_single(snapshot.conn, plan.legs[0], pipeline, request, scope,
-                                         context, page)]
+                                   context, page)]
             response = respond(pipeline.name, request, plan, legs, page, started, pipeline)
             return (self._finish(snapshot.conn, asked, plan, legs, page, scope, response, started,
                                  pipeline), pipeline)
@@ -178,13 +188,8 @@ class Engine:
         asked = asked or principal.default_classifications
         pipeline, held, bound = pipelines.get_resolving(conn, name, asked,
                                                         principal.classifications)
-        pipeline = dataclasses.replace(pipeline, keyring=self.keyring)
-        if bound is not None:
-            beyond = sorted(set(asked) - set(bound) - {DEFAULT_CLASSIFICATION})
-            if beyond:
-                raise Forbidden(f"this principal may not hold {', '.join(beyond)}",
-                                classification=beyond)
-        return pipeline, held
+        opening.check_bound(asked, bound)
+        return dataclasses.replace(pipeline, keyring=self.keyring), held
 
     # -- pipelines and documents ------------------------------------------------------
 
@@ -243,6 +248,13 @@ class Engine:
                                                                          reviewer):
             return documents.fragment(conn, pipeline, fragment_id, classifications=held,
                                       reviewer=reviewer)
+
+def _may_end(asked: SearchRequest, plan: planner.Plan, page: paging.Page) -> bool:
+    """Whether nothing runs after a single strategy's statements (_finish sends a
+    statement only to highlight or to page; grouping runs the strategy again)."""
+    return not (plan.fused or page.paging or asked.params.get("highlight")
+                or asked.group_by == "document")
+
 
 def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:
     """What a principal's counts may include: None (everything) for an unbounded one."""

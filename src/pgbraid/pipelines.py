@@ -77,6 +77,14 @@ def get_resolving(conn: psycopg.Connection, name: str, held: tuple[str, ...],
                   ) -> tuple[Pipeline, tuple[str, ...], tuple[str, ...] | None]:
     """The pipeline, the held classifications resolved through their hierarchy, and
     (when given) the resolved bound of what the principal may hold; one statement."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(*resolving(name, held, bound)).fetchone()
+    return resolved(row, name, bound)
+
+
+def resolving(name: str, held: tuple[str, ...], bound: tuple[str, ...] | None = None
+              ) -> tuple[sql.Composable, dict[str, Any]]:
+    """get_resolving's statement, for a caller that sends it in a pipeline (dict rows)."""
     from .scope import RESOLVE_CLASSIFICATIONS
 
     validate_name("pipeline", name)
@@ -85,13 +93,17 @@ def get_resolving(conn: psycopg.Connection, name: str, held: tuple[str, ...],
         held=sql.SQL(RESOLVE_CLASSIFICATIONS),
         bound=sql.SQL(RESOLVE_CLASSIFICATIONS.replace("%(held)s", "%(bound)s")),
         pipeline=sql.SQL(_COLUMNS))
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(statement, {"held": list(held), "bound": list(bound or ()),
-                                      "name": name}).fetchone()
+    return statement, {"held": list(held), "bound": list(bound or ()), "name": name}
+
+
+def resolved(row: dict[str, Any] | None, name: str, bound: tuple[str, ...] | None
+             ) -> tuple[Pipeline, tuple[str, ...], tuple[str, ...] | None]:
+    """get_resolving's answer from its statement's row."""
     if row is None:
         raise NotFound(f"pipeline {name!r} does not exist", pipeline=name)
-    resolved, limit = row.pop("held"), row.pop("bound")
-    return Pipeline(**row), tuple(resolved or ()), (tuple(limit or ()) if bound is not None else None)
+    row = dict(row)
+    held, limit = row.pop("held"), row.pop("bound")
+    return Pipeline(**row), tuple(held or ()), (tuple(limit or ()) if bound is not None else None)
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:

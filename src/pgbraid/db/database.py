@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 from psycopg import sql
@@ -135,16 +135,22 @@ class Database:
                   role=sql.Identifier(role) if role else sql.SQL("NONE"))
 
     @contextmanager
-    def snapshot(self, tenant: str) -> Iterator["Snapshot"]:
+    def snapshot(self, tenant: str, opening: Callable[[psycopg.Connection], Any] | None = None
+                 ) -> Iterator["Snapshot"]:
         """A read-only REPEATABLE READ transaction under the tenant's row-level
         security: every statement of a search sees one snapshot, and legs on other
-        sessions can share it (``Snapshot.leg``)."""
+        sessions can share it (``Snapshot.leg``). BEGIN, the tenant's settings and
+        what ``opening`` sends (it returns its cursors: ``Snapshot.opened``) travel
+        in one round trip (a pipeline); their rows are read after it."""
         self.open()
         assert self._pool is not None
         with self._workers_named(), translate_errors(), self._pool.connection() as conn:
-            with _explicit(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+            def first() -> Any:
                 self._enter(conn, tenant)
-                yield Snapshot(self, conn, tenant)
+                return opening(conn) if opening is not None else None
+
+            with _explicit(conn, (SNAPSHOT,), first) as opened:
+                yield Snapshot(self, conn, tenant, opened)
 
     @contextmanager
     def _workers_named(self) -> Iterator[None]:
@@ -188,10 +194,13 @@ class Database:
 class Snapshot:
     """One search's snapshot: its main session, and sessions that import it."""
 
-    def __init__(self, db: Database, conn: psycopg.Connection, tenant: str) -> None:
+    def __init__(self, db: Database, conn: psycopg.Connection, tenant: str,
+                 opened: Any = None) -> None:
         self.db = db
         self.conn = conn
         self.tenant = tenant
+        self.opened = opened
+        """What ``Database.snapshot``'s ``opening`` returned (its statements' cursors)."""
         self._exported: str | None = None
 
     def export(self) -> None:
@@ -215,27 +224,53 @@ class Snapshot:
             yield None
             return
         try:
-            with translate_errors(), _explicit(conn, sql.SQL(
-                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
-                    " SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._exported))):
-                self.db._enter(conn, self.tenant)
+            begin = (SNAPSHOT, sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
+                sql.Literal(self._exported)))
+            with translate_errors(), _explicit(conn, begin,
+                                               lambda: self.db._enter(conn, self.tenant)):
                 yield conn
         finally:
             self.db._pool.putconn(conn)
 
 
+SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+class SnapshotEnded(Exception):
+    """A strategy needs another statement after ``run_last`` ended its snapshot: the
+    engine runs the search again, with nothing ending it early. Internal: never raised
+    to a caller."""
+
+
 @contextmanager
-def _explicit(conn: psycopg.Connection, begin: str | sql.Composable) -> Iterator[None]:
-    """A transaction begun by our own statement (psycopg's begins have no snapshot
-    import), committed on success and rolled back on any error."""
-    conn.execute(begin)
+def _explicit(conn: psycopg.Connection, begin: tuple[str | sql.Composable, ...],
+              first: Callable[[], Any]) -> Iterator[Any]:
+    """A transaction begun by our own statements (psycopg's begins have no snapshot
+    import), sent in one pipeline with ``first``'s (yielded: what it returned);
+    committed on success, unless its last statement ended it already (``run_last``),
+    and rolled back on any error."""
     try:
-        yield
+        with conn.pipeline():
+            for statement in begin:
+                conn.execute(statement)
+            opened = first()
+        yield opened
     except BaseException:
         if not conn.closed:
             conn.rollback()
         raise
-    conn.commit()
+    conn.commit()  # nothing to do when run_last committed
+
+
+def run_last(conn: psycopg.Connection, statement: sql.Composable | str, params: dict[str, Any],
+             **cursor_options: Any) -> list[Any]:
+    """The rows of a snapshot's last statement, its COMMIT sent in the same round trip
+    (a pipeline): the snapshot ends with it, so nothing may run in it afterwards."""
+    with conn.pipeline():
+        cur = conn.cursor(**cursor_options)
+        cur.execute(statement, params)
+        conn.execute("COMMIT")
+    return cur.fetchall()
 
 
 def unreachable_workers(dsn: str) -> list[tuple[int, str, int]]:
@@ -264,7 +299,11 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
     statements += [sql.SQL("SET LOCAL {} = {}").format(
         sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
         for name, value in settings.items()]
-    conn.execute(sql.SQL("; ").join(statements))
+    # One statement each (a multi-statement string cannot be prepared, and a snapshot
+    # sends these in pipeline mode, which prepares), in one round trip all the same.
+    with conn.pipeline():
+        for statement in statements:
+            conn.execute(statement)
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

@@ -77,6 +77,31 @@ class Context:
     age_mirror: dict[str, Any] | None = None
     """What preparing the pipeline's Apache AGE mirror did (graph, rebuilt, why), when a
     graph search asked for engine age."""
+    opened: "Opening | None" = None
+    """The strategy's first statement, sent in the search's first round trip (opening.py)."""
+    ends_snapshot: bool = False
+    """Nothing runs in the search's snapshot after the strategy: its last statement may
+    end it (db.database.run_last)."""
+
+
+@dataclass
+class Opening:
+    """A strategy's first statement, built by ``Strategy.opening`` and sent ahead with
+    the statement resolving the pipeline (opening.py). ``inputs``: what it was built
+    from; the strategy uses its rows only when its own inputs are equal."""
+
+    statement: Any
+    params: dict[str, Any]
+    inputs: tuple
+    binary: bool = False
+    cursor: Any = None
+    _rows: list | None = None
+
+    def rows(self) -> list:
+        """Its rows (read once: a strategy run again, grouping by document, reuses them)."""
+        if self._rows is None:
+            self._rows = self.cursor.fetchall()
+        return self._rows
 
 
 class Strategy(ABC):
@@ -96,6 +121,12 @@ class Strategy(ABC):
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         """Raise InvalidRequest for bad params, NotEnabled for a gate that is off. Sends nothing."""
+
+    def opening(self, pipeline: Pipeline, request: SearchRequest, scope: Scope,
+                context: Context) -> Opening | None:
+        """The first statement ``run`` would send for this request, built without a
+        database, or None (opening.py sends it ahead). Pure."""
+        return None
 
     def unavailable(self, pipeline: Pipeline, context: Context) -> str | None:
         """Why this strategy cannot run on this pipeline, or None. Sends nothing."""

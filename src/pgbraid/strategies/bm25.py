@@ -22,7 +22,7 @@ Query path:
    misses in binary in one statement (bm25_postings);
 3. rank with numpy (bm25_topk): exact top-k, OR semantics, by block-max over
    windows of ordinals (bm25_blockmax: only windows whose bound reaches the
-   k-th best score are scored) once a query holds 250k postings, scoring
+   k-th best score are scored) once a query holds 750k postings, scoring
    every posting below; ``params.pruning`` "blockmax", "maxscore" or "none"
    forces one (all give the same top k and the same scores);
 4. verify the best candidates against the scope (classifications, filters,
@@ -44,13 +44,14 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from .. import encryption
+from ..db.database import SnapshotEnded, run_last
 from ..errors import InvalidRequest, NotEnabled
 from ..ingest.tokens import expand_code
 from ..models import SearchRequest, number
 from ..pipelines import Pipeline
 from ..scope import Scope
 from . import bm25_postings, query_language
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .base import HIT_COLUMNS, Context, Opening, Outcome, Row, Strategy
 from .params import HIGHLIGHT, PAGING, Param
 from .bm25_postings import Postings
 from .bm25_topk import Ranking, Term
@@ -116,26 +117,39 @@ LIMIT %(k)s
 """
 
 
+def _terms(pipeline: Pipeline, query: str, scope: Scope, context: Context) -> Opening:
+    """The statement of the query's terms and statistics (_TERMS) in the configuration
+    chosen for it."""
+    config = query_language.choose(context.languages, pipeline, scope.classifications, query)
+    partitions, params = scope.partitions("p")
+    params.update(config=config, text=expand_code(query), inline=INLINE_POSTINGS)
+    return Opening(_TERMS.format(partitions=partitions), params, (pipeline, scope, query),
+                   binary=True)
+
+
 def _tokenize(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Scope,
               context: Context) -> tuple[str, tuple[int, int, int, list[int]], list[tuple]]:
     """The configuration used, the statistics in scope (N, total length, ordinals, dead)
-    and a row per (term, segment): term, qtf, segment, arrays (or None)."""
-    held = scope.classifications
-    config = query_language.choose(context.languages, pipeline, held, query)
-    partitions, params = scope.partitions("p")
-    params.update(config=config, text=expand_code(query), inline=INLINE_POSTINGS)
-    statement = _TERMS.format(partitions=partitions)
+    and a row per (term, segment): term, qtf, segment, arrays (or None). The statement
+    was usually sent ahead (opening.py); only when it was built from these inputs
+    are its rows used."""
+    terms = context.opened
+    sent = terms is not None and terms.inputs == (pipeline, scope, query)
+    if not sent:
+        terms = _terms(pipeline, query, scope, context)
+    params = terms.params
     with conn.cursor(binary=True) as cur:
-        rows = cur.execute(statement, params).fetchall()
-        again = rows and query_language.recheck(context.languages, pipeline, held, query, config,
+        rows = terms.rows() if sent else cur.execute(terms.statement, params).fetchall()
+        again = rows and query_language.recheck(context.languages, pipeline,
+                                                scope.classifications, query, params["config"],
                                                 rows[0][3])
         if again:
-            config = params["config"] = again
-            rows = cur.execute(statement, params).fetchall()
+            params = {**params, "config": again}
+            rows = cur.execute(terms.statement, params).fetchall()
     if not rows:
-        return config, (0, 0, 0, []), []
+        return params["config"], (0, 0, 0, []), []
     n, total, size, _, dead = rows[0][:5]
-    return config, (n, total, size, dead), [row[5:] for row in rows if row[5] is not None]
+    return params["config"], (n, total, size, dead), [row[5:] for row in rows if row[5] is not None]
 
 
 def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs: dict[str, int],
@@ -172,6 +186,15 @@ def _frequencies(by_term: dict[str, list[Postings]], dead: np.ndarray, size: int
     return df
 
 
+def _native(pipeline: Pipeline, request: SearchRequest, context: Context) -> bool:
+    """Whether pgbraid's own postings answer (not pg_search, nor pg_textsearch)."""
+    engine = request.params.get("engine", "auto")
+    if engine == "pg_textsearch":
+        return False
+    return not (engine in ("auto", "pg_search") and context.pgsearch
+                and "pg_search" in context.extensions and not encryption.encrypted(pipeline))
+
+
 def idf(df: int, n: int) -> float:
     """Lucene's BM25 idf (always positive)."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
@@ -191,7 +214,7 @@ class BM25(Strategy):
                     "Data's pg_textsearch when opted in and installed (auto: pg_search then)",
                     choices=ENGINES),
               Param("pruning", "choice", "auto", "block-max over ordinal windows, MaxScore, or "
-                    "score every posting (all give the same top k; auto: block-max from 250k "
+                    "score every posting (all give the same top k; auto: block-max from 750k "
                     "postings)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
@@ -202,6 +225,12 @@ class BM25(Strategy):
         if engine in GATES and not getattr(context, GATES[engine][0]):
             raise NotEnabled(f"{engine} is not opted in: set {GATES[engine][1]}=1",
                              strategy=self.name)
+
+    def opening(self, pipeline: Pipeline, request: SearchRequest, scope: Scope,
+                context: Context) -> Opening | None:
+        if scope.as_of is not None or not _native(pipeline, request, context):
+            return None
+        return _terms(pipeline, request.query, scope, context)
 
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
@@ -221,8 +250,7 @@ class BM25(Strategy):
             from .textsearch import run_pg_textsearch
 
             return run_pg_textsearch(conn, pipeline, request, scope, k, context)
-        if (engine in ("auto", "pg_search") and context.pgsearch
-                and "pg_search" in context.extensions and not sealed):
+        if not _native(pipeline, request, context):
             from .pgsearch import run_pg_search
 
             return run_pg_search(conn, pipeline, request, scope, k)
@@ -247,7 +275,7 @@ class BM25(Strategy):
         details["terms"] = [{"term": t, "qtf": q, "df": df,
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
-        hits, checked, rounds = _verify(conn, ranking, scope, k)
+        hits, checked, rounds = _verify(conn, ranking, scope, k, ending=context.ends_snapshot)
         matched = ranking.matched([ordinal for _, ordinal in hits])
         hits = [dataclasses.replace(row, matched_terms=names)
                 for (row, _), names in zip(hits, matched)]
@@ -264,24 +292,39 @@ class BM25(Strategy):
         return Outcome(hits, details)
 
 
-def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope,
-            k: int) -> tuple[list[tuple[Row, int]], int, int]:
-    """The k best in-scope fragments: candidates in score order, widening each round."""
+def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
+            ending: bool = False) -> tuple[list[tuple[Row, int]], int, int]:
+    """The k best in-scope fragments: candidates in score order, widening each round.
+
+    ``ending`` (nothing runs after this strategy) and no metadata filter: the first
+    round's statement ends the snapshot with it (run_last). Without a filter no
+    candidate falls out of scope (the postings hold current, unquarantined fragments
+    of the partitions in scope only, dead ordinals never rank), so no second round
+    is needed; if one were, SnapshotEnded has the engine search again without this."""
     if k == 0:
         return [], 0, 0
     where, params = scope.where("f")
     statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
     found: list[tuple[Row, int]] = []
     checked = rounds = 0
+    ended = False
     # Block-max prunes by the width-th best score: ask for k first (most searches keep
     # all of them); the other rankings cost the same for any width up to a few dozen.
-    for batch in ranking.batches(k if ranking.blockmax else max(4 * k, 32)):
+    batches = ranking.batches(k if ranking.blockmax else max(4 * k, 32))
+    for batch in batches:
+        if ended:
+            raise SnapshotEnded("bm25 needs another round of candidates")
         rounds += 1
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, {**params, "candidates": batch.tolist(), "k": k - len(found)})
-            for row in cur.fetchall():
-                ordinal = row.pop("ordinal")
-                found.append((Row(**row, score=float(ranking.scores[ordinal])), ordinal))
+        values = {**params, "candidates": batch.tolist(), "k": k - len(found)}
+        ended = ending and not scope.filters
+        if ended:
+            rows = run_last(conn, statement, values, row_factory=dict_row)
+        else:
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(statement, values).fetchall()
+        for row in rows:
+            ordinal = row.pop("ordinal")
+            found.append((Row(**row, score=float(ranking.scores[ordinal])), ordinal))
         checked += len(batch)
         if len(found) >= k:
             break

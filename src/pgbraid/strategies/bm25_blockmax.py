@@ -48,8 +48,10 @@ FIRST = 64  # windows scored first, to find theta; each round takes GROWTH times
 GROWTH = 4
 # Below this many postings a query is cheaper to score in full (one bincount, ~5-10 ns a
 # posting) than to bound window by window (tens of microseconds a list in numpy calls):
-# measured on the million bench's lists, docs/benchmarks.md.
-FROM_POSTINGS = 250_000
+# measured on the million bench's lists at 1M fragments, paired (docs/benchmarks.md):
+# SciFact queries (3-25 terms) scored in full were faster up to their largest, 641k
+# postings; 30-token code chunks gained from block-max from ~500k, by 1.7x from 750k.
+FROM_POSTINGS = 750_000
 _SPARSE = 8  # gather a list's chosen windows by binary search when it has this many more
 
 
