@@ -1,4 +1,4 @@
-"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|all|plots] [--quick]`,
+"""`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|citus|all|plots] [--quick]`,
 `python -m bench million [--build] [--sizes 100k,300k,1m]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
@@ -12,7 +12,7 @@ import argparse
 import importlib
 import pkgutil
 
-from . import (capacity, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
+from . import (capacity, citus, contention, crypto, fuzzy, graph, history, hybrid, ingest, lexical, live,
                load, million, plots, quarantine, replicas, vector)
 from .common import ROOT, console
 
@@ -36,7 +36,7 @@ def every_module() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "million", "all", "plots"])
+    parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "citus", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
                         help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
     parser.add_argument("--sizes", default="100k,300k,1m",
@@ -77,6 +77,8 @@ def main() -> None:
         quarantine.run(quick=args.quick)
     if args.suite == "load":  # not in "all": a 60 s soak of the HTTP server
         load.run(quick=args.quick)
+    if args.suite == "citus":  # not in "all": starts a Citus cluster (Citus built: README)
+        citus.run(quick=args.quick)
     if args.suite == "capacity":  # not in "all": sizes for docs/scale.md
         capacity.run(quick=args.quick)
     if args.suite == "replicas":  # not in "all": it makes and removes a streaming replica

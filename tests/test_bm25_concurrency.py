@@ -61,7 +61,7 @@ def index_state(client, name: str) -> tuple[dict, Counter]:
         stats = {(tuple(c), config): (n, length) for c, config, n, length in conn.execute(
             "SELECT p.classifications, s.config, s.fragments, s.total_length"
             " FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats s"
-            " ON s.partition_id = p.id WHERE p.pipeline_id = %s AND s.fragments <> 0", (pid,))}
+            " ON s.pipeline_id = p.pipeline_id AND s.partition_id = p.id WHERE p.pipeline_id = %s AND s.fragments <> 0", (pid,))}
         expected = {(tuple(c), config): (n, length) for c, config, n, length in conn.execute(
             "SELECT p.classifications, f.ts_config::text, count(*), sum(f.bm25_length)"
             " FROM pgbraid.fragments f JOIN pgbraid.bm25_partitions p"

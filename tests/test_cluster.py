@@ -3,15 +3,15 @@ Unix sockets only. Citus is built from ../shared/vendor into PGBRAID_TEST_CITUS_
 (default /tmp/pgbraid-test-citus; cached there: the first build takes 4-12 minutes
 on 2 cores); the tests skip where it cannot be built.
 
-pgbraid's schema is not distributed yet (docs/scale.md): these tests cover the
-cluster, pgbraid migrating and searching on its coordinator, and the refusals."""
+These tests cover the cluster, pgbraid migrating (and distributing its schema)
+and searching on its coordinator, and the refusals; tests/test_citus.py covers the
+distributed schema."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -22,25 +22,15 @@ import pytest
 from psycopg import sql
 
 import pgbraid
-from pgbraid.db import extensions
 from pgbraid.db.cluster import LocalCluster
 from pgbraid.db.server import EmbeddedServer
 from pgbraid.errors import BackendUnavailable, InvalidRequest, NotEnabled
 
-from .conftest import VENDOR, VENDORED
-
-CITUS_DIR = Path(os.environ.get("PGBRAID_TEST_CITUS_DIR") or "/tmp/pgbraid-test-citus")
-
+from .conftest import citus_build
 
 @pytest.fixture(scope="module")
 def citus_dir() -> Path:
-    source = VENDOR / VENDORED["citus"]
-    if shutil.which("gcc") is None or shutil.which("make") is None:
-        pytest.skip("citus cannot be built here: no gcc or make")
-    if not source.exists():
-        pytest.skip(f"citus cannot be built here: {source} is missing")
-    extensions.build(source, CITUS_DIR)  # a no-op once built
-    return CITUS_DIR
+    return citus_build()  # a no-op once built
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +112,10 @@ def test_cluster_start_needs_citus_built_and_a_sane_worker_count(tmp_path):
 
 
 def test_a_tenant_policy_holds_on_the_workers_only_when_set_local(cluster):
-    """What a distributed pgbraid schema will rely on (docs/scale.md): with
+    """What the distributed pgbraid schema relies on (docs/scale.md): with
     citus.propagate_set_commands = 'local', SET LOCAL of the tenant and role reaches
-    the workers; set_config(..., true), what pgbraid's sessions use today, does not
-    (the workers see no tenant: zero rows, failing closed)."""
+    the workers (so pgbraid's sessions use it: database.set_local); set_config(...,
+    true) does not (the workers see no tenant: zero rows, failing closed)."""
     table, role = f"tenanted_{uuid.uuid4().hex[:8]}", f"reader_{uuid.uuid4().hex[:8]}"
     ident, who = sql.Identifier(table), sql.Identifier(role)
     with psycopg.connect(cluster["coordinator"]["dsn"], autocommit=True) as conn:

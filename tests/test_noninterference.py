@@ -158,7 +158,8 @@ def _tamper_secrets(superuser, pipeline: str) -> None:
     assert superuser.execute(
         "UPDATE pgbraid.versions v SET body = 'pgbraid:1:0000000000000000:spoilt'"
         " FROM pgbraid.documents d JOIN pgbraid.pipelines p ON p.id = d.pipeline_id"
-        " WHERE d.id = v.document_id AND p.name = %s AND 'secret' = ANY(v.classifications)",
+        " WHERE d.pipeline_id = v.pipeline_id AND d.id = v.document_id AND p.name = %s"
+        " AND 'secret' = ANY(v.classifications)",
         (pipeline,)).rowcount
 
 

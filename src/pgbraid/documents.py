@@ -24,9 +24,9 @@ SELECT d.external_id AS document_id, v.version, v.title, v.body AS text, v.metad
        v.classifications, v.language, v.source, v.valid_from, v.valid_to,
        coalesce(v.version = d.current_version, false) AS current, d.quarantined,
        d.quarantine_reason, d.quarantined_at,
-       (SELECT count(*) FROM pgbraid.fragments f WHERE f.version_id = v.id) AS fragments,
+       (SELECT count(*) FROM pgbraid.fragments f WHERE f.pipeline_id = v.pipeline_id AND f.version_id = v.id) AS fragments,
        d.id AS document_row
-FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id
+FROM pgbraid.documents d JOIN pgbraid.versions v ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
   AND v.classifications && %(classifications)s::text[]
   AND (%(reviewer)s OR NOT d.quarantined)
@@ -73,7 +73,7 @@ def versions(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
         rows = cur.execute(
             "SELECT v.version, v.valid_from, v.valid_to, v.content_hash,"
             " coalesce(v.version = d.current_version, false) AS current"
-            " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.document_id = d.id"
+            " FROM pgbraid.documents d JOIN pgbraid.versions v ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id"
             " WHERE d.pipeline_id = %s AND d.external_id = %s AND v.classifications && %s::text[]"
             " AND (%s OR NOT d.quarantined) ORDER BY v.version",
             (pipeline.id, document_id, list(classifications), reviewer)).fetchall()
@@ -93,7 +93,7 @@ _LISTING = """
 SELECT d.external_id AS document_id, v.version, v.title, v.classifications, v.language,
        v.valid_from, d.quarantined, d.id AS document_row
 FROM pgbraid.documents d JOIN pgbraid.versions v
-  ON v.document_id = d.id AND v.version = d.current_version
+  ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id AND v.version = d.current_version
 WHERE d.pipeline_id = %(pipeline)s AND v.classifications && %(classifications)s::text[]
   AND (%(after)s::text IS NULL OR d.external_id > %(after)s::text)
   AND (%(reviewer)s OR NOT d.quarantined)
@@ -127,8 +127,8 @@ _FRAGMENT = """
 SELECT f.id AS fragment_id, d.external_id AS document_id, v.version, f.ordinal, f.section,
        f.title, f.body AS page_content, f.metadata, f.classifications, f.language, f.current,
        f.quarantined
-FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.id = f.version_id
-JOIN pgbraid.documents d ON d.id = f.document_id
+FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE f.pipeline_id = %(pipeline)s AND f.id = %(id)s
   AND f.classifications && %(classifications)s::text[]
   AND (%(reviewer)s OR NOT d.quarantined)

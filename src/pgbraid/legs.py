@@ -108,6 +108,8 @@ def run_leg(conn: psycopg.Connection | None, leg: Leg, pipeline: Pipeline | None
                                ms=elapsed_ms(began))
         return
     except psycopg.Error as exc:  # its SQLSTATE only: no statement or value text
+        if exc.sqlstate is None or exc.sqlstate.startswith("08"):
+            raise  # a lost connection (a Citus worker down): the answer fails, not a leg
         leg.entry = TraceEntry(retriever=strategy.name, status="failed", ms=elapsed_ms(began),
                                reason=f"PostgreSQL error {exc.sqlstate or 'unknown'}")
         return

@@ -56,7 +56,7 @@ from .scope import Scope
 # a quarantined document's versions are in no scope.
 _LAST_WRITE = """
 SELECT greatest(v.valid_from, v.valid_to)
-FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
+FROM pgbraid.versions v JOIN pgbraid.documents d ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id
 WHERE d.pipeline_id = %(scope_pipeline)s::bigint AND NOT d.quarantined
   AND v.classifications && %(scope_classifications)s::text[]
 ORDER BY greatest(v.valid_from, v.valid_to) DESC

@@ -123,11 +123,11 @@ def info(conn: psycopg.Connection, pipeline: Pipeline,
     quarantined documents left out (they count for no search)."""
     documents, versions, fragments = conn.execute(
         "SELECT (SELECT count(*) FROM pgbraid.documents d JOIN pgbraid.versions v"
-        "          ON v.document_id = d.id AND v.version = d.current_version"
+        "          ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id AND v.version = d.current_version"
         "          WHERE d.pipeline_id = %(p)s AND NOT d.quarantined"
         "          AND (%(all)s OR v.classifications && %(c)s)),"
         "       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d"
-        "          ON d.id = v.document_id WHERE d.pipeline_id = %(p)s AND NOT d.quarantined"
+        "          ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id WHERE d.pipeline_id = %(p)s AND NOT d.quarantined"
         "          AND (%(all)s OR v.classifications && %(c)s)),"
         "       (SELECT count(*) FROM pgbraid.fragments f WHERE f.pipeline_id = %(p)s"
         "          AND f.current AND NOT f.quarantined AND (%(all)s OR f.classifications && %(c)s))",

@@ -43,18 +43,18 @@ _UNLOCK = "SELECT pg_advisory_unlock(hashtext('pgbraid.rotate'), hashtext(%s::te
 _REMAINING = """
 SELECT (SELECT count(*) FROM pgbraid.fragments f
         WHERE f.pipeline_id = %(p)s AND f.key_id IS NOT NULL AND f.key_id <> %(key)s),
-       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
+       (SELECT count(*) FROM pgbraid.versions v JOIN pgbraid.documents d ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id
         WHERE d.pipeline_id = %(p)s AND v.key_id IS NOT NULL AND v.key_id <> %(key)s)
 """
 _FRAGMENTS = """
 SELECT f.id, v.version, f.title, f.section, f.body, f.metadata
-FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.id = f.version_id
+FROM pgbraid.fragments f JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
 WHERE f.pipeline_id = %(p)s AND f.key_id IS NOT NULL AND f.key_id <> %(key)s AND f.id > %(after)s
 ORDER BY f.id LIMIT %(n)s FOR UPDATE OF f
 """
 _VERSIONS = """
 SELECT v.id, v.document_id, v.version, v.title, v.body, v.metadata
-FROM pgbraid.versions v JOIN pgbraid.documents d ON d.id = v.document_id
+FROM pgbraid.versions v JOIN pgbraid.documents d ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id
 WHERE d.pipeline_id = %(p)s AND v.key_id IS NOT NULL AND v.key_id <> %(key)s AND v.id > %(after)s
 ORDER BY v.id LIMIT %(n)s FOR UPDATE OF v
 """

@@ -319,7 +319,7 @@ class Scope:
             params["scope_as_of"] = self.as_of
             parts.insert(1, sql.SQL(
                 "{}.version_id IN (SELECT v.id FROM pgbraid.versions v"
-                " JOIN pgbraid.documents d ON d.id = v.document_id"
+                " JOIN pgbraid.documents d ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id"
                 " WHERE d.pipeline_id = %(scope_pipeline)s::bigint"
                 " AND v.valid_from <= %(scope_as_of)s"
                 " AND (v.valid_to IS NULL OR v.valid_to > %(scope_as_of)s))").format(f))

@@ -9,9 +9,8 @@ not even loopback, and no password is needed (socket trust, mode 0700, as for th
 embedded server). ``start`` is idempotent: it starts what is stopped, creates the
 extension where it is missing, and adds the workers the coordinator does not list yet.
 
-This is the cluster only: pgbraid's schema is not distributed on it yet (see
-docs/scale.md, "Citus (design)"); pointed at the coordinator, pgbraid keeps its
-tables on the coordinator.
+Pointed at the coordinator (``PGBRAID_DSN``), pgbraid distributes its schema on
+it when it migrates (db/distribute.py; docs/scale.md, section 3).
 """
 
 from __future__ import annotations

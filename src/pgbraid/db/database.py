@@ -114,7 +114,8 @@ class Database:
         """One transaction under the tenant's row-level security (as ``role`` when given)."""
         self.open()
         assert self._pool is not None
-        with translate_errors(), self._pool.connection() as conn, conn.transaction():
+        with self._workers_named(), translate_errors(), self._pool.connection() as conn, \
+                conn.transaction():
             self._enter(conn, tenant, role)
             yield conn
 
@@ -128,12 +129,10 @@ class Database:
 
     def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
         if role is None:
-            role = APP_ROLE if self._drop_role else "none"
-        conn.execute(
-            "SELECT set_config('role', %s, true), set_config('pgbraid.tenant', %s, true),"
-            " set_config('statement_timeout', %s, true)",
-            (role, tenant, str(self.statement_timeout_ms)),
-        )
+            role = APP_ROLE if self._drop_role else None
+        set_local(conn, {"pgbraid.tenant": tenant,
+                         "statement_timeout": str(self.statement_timeout_ms)},
+                  role=sql.Identifier(role) if role else sql.SQL("NONE"))
 
     @contextmanager
     def snapshot(self, tenant: str, opening: Callable[[psycopg.Connection], Any] | None = None
@@ -145,13 +144,33 @@ class Database:
         in one round trip (a pipeline); their rows are read after it."""
         self.open()
         assert self._pool is not None
-        with translate_errors(), self._pool.connection() as conn:
+        with self._workers_named(), translate_errors(), self._pool.connection() as conn:
             def first() -> Any:
                 self._enter(conn, tenant)
                 return opening(conn) if opening is not None else None
 
             with _explicit(conn, (SNAPSHOT,), first) as opened:
                 yield Snapshot(self, conn, tenant, opened)
+
+    @contextmanager
+    def _workers_named(self) -> Iterator[None]:
+        """On a Citus coordinator, a lost connection names the workers it cannot reach
+        (by pg_dist_node id: their host and port go to the server's log only)."""
+        try:
+            yield
+        except BackendUnavailable as exc:
+            if "citus" not in self.extensions or not isinstance(exc.__cause__, psycopg.Error):
+                raise
+            down = unreachable_workers(self.dsn)
+            if not down:
+                raise
+            for node, host, port in down:
+                logger.error("Citus worker node %s (%s:%s) is unreachable", node, host, port)
+            named = ", ".join(str(node) for node, _, _ in down)
+            raise BackendUnavailable(
+                f"Citus worker node {named} (pg_dist_node.nodeid) cannot be reached: the "
+                "search was not answered (no partial result)", workers=[n for n, _, _ in down]
+            ) from exc
 
     @contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
@@ -194,6 +213,11 @@ class Snapshot:
         """A session of its own in this snapshot, or None when the pool has none free
         soon (the caller then runs the leg on the main session)."""
         assert self._exported is not None and self.db._pool is not None
+        if "citus" in self.db.extensions:
+            # An imported snapshot is the coordinator's only: each session's workers take
+            # their own. On the main session every leg reads the one worker transaction.
+            yield None
+            return
         try:
             conn = self.db._pool.getconn(timeout=LEG_WAIT_S)
         except PoolTimeout:
@@ -247,6 +271,39 @@ def run_last(conn: psycopg.Connection, statement: sql.Composable | str, params: 
         cur.execute(statement, params)
         conn.execute("COMMIT")
     return cur.fetchall()
+
+
+def unreachable_workers(dsn: str) -> list[tuple[int, str, int]]:
+    """The active Citus workers the coordinator at ``dsn`` cannot connect to."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            return conn.execute(
+                "SELECT nodeid, nodename, nodeport FROM pg_dist_node WHERE isactive"
+                " AND groupid <> 0 AND NOT citus_check_connection_to_node(nodename, nodeport)"
+                " ORDER BY nodeid").fetchall()
+    except psycopg.Error:
+        return []  # the coordinator itself is gone: the error says so already
+
+
+def set_local(conn: psycopg.Connection, settings: dict[str, str],
+              role: sql.Composable | None = None) -> None:
+    """``SET LOCAL`` each setting (and the role) for the rest of the transaction, in one
+    round trip. Not ``set_config(..., true)``: on a Citus coordinator only ``SET LOCAL``
+    reaches the workers, and only with ``citus.propagate_set_commands = 'local'`` (a
+    setting a plain server keeps as an unused placeholder). Without it a worker would
+    check row-level security with no tenant (no rows: failing closed) and rank with
+    its default thresholds."""
+    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
+    if role is not None:
+        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
+    statements += [sql.SQL("SET LOCAL {} = {}").format(
+        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
+        for name, value in settings.items()]
+    # One statement each (a multi-statement string cannot be prepared, and a snapshot
+    # sends these in pipeline mode, which prepares), in one round trip all the same.
+    with conn.pipeline():
+        for statement in statements:
+            conn.execute(statement)
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

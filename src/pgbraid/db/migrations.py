@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 
 from ..errors import BackendUnavailable
+from .distribute import distribute, is_coordinator, is_distributed
 
 MIGRATION_LOCK = 0x70676272  # 'pgbr': serialises concurrent connects
 OPTIONAL_EXTENSIONS = ("vector", "pg_trgm", "btree_gin", "unaccent", "fuzzystrmatch")
@@ -54,6 +55,8 @@ def migrate(conn: psycopg.Connection, *, until: int | None = None) -> list[str]:
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = dict(conn.execute("SELECT version, name FROM pgbraid.schema_migrations").fetchall())
+        coordinator = is_coordinator(conn)
+        distributed = coordinator and is_distributed(conn)
         for version, name, text in migration_files():
             if version in done and done[version] != name:
                 raise BackendUnavailable(
@@ -68,7 +71,11 @@ def migrate(conn: psycopg.Connection, *, until: int | None = None) -> list[str]:
                 (version, name),
             )
             applied.append(name)
+            if distributed:  # its new tables, before the next migration refers to them
+                distribute(conn)
         _declare_leakproof(conn)
+        if coordinator:
+            distribute(conn)
     return applied
 
 

@@ -43,13 +43,13 @@ BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay und
 # Current hashes of a batch's documents, and vectors of their current fragments.
 _KNOWN = """
 SELECT d.external_id, v.content_hash FROM pgbraid.documents d
-JOIN pgbraid.versions v ON v.document_id = d.id AND v.version = d.current_version
+JOIN pgbraid.versions v ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id AND v.version = d.current_version
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = ANY(%(ids)s)
   AND (%(held)s::text[] IS NULL OR v.classifications <@ %(held)s::text[])
 """
 _REUSABLE = """
 SELECT f.content_hash, e.embedding FROM pgbraid.fragments f
-JOIN pgbraid.embeddings e ON e.fragment_id = f.id
+JOIN pgbraid.embeddings e ON e.pipeline_id = f.pipeline_id AND e.fragment_id = f.id
 WHERE f.pipeline_id = %(pipeline)s AND f.current AND f.content_hash = ANY(%(hashes)s)
 """
 _EXISTING = """

@@ -57,18 +57,21 @@ WHERE pipeline_id = %(pipeline)s AND classifications = %(classifications)s::text
 
 # Fragment count and total length per (partition, configuration), by deltas.
 _STATS = """
-INSERT INTO pgbraid.bm25_partition_stats (partition_id, config, fragments, total_length)
-SELECT * FROM unnest(%(partitions)s::bigint[], %(configs)s::text[], %(counts)s::bigint[],
-                     %(lengths)s::bigint[])
-ON CONFLICT (partition_id, config) DO UPDATE SET
+INSERT INTO pgbraid.bm25_partition_stats (pipeline_id, partition_id, config, fragments, total_length)
+SELECT anchor.pipeline_id, x.* FROM pgbraid.bm25_stats anchor
+CROSS JOIN LATERAL unnest(%(partitions)s::bigint[], %(configs)s::text[], %(counts)s::bigint[],
+                          %(lengths)s::bigint[]) AS x
+WHERE anchor.pipeline_id = %(pipeline)s
+ON CONFLICT (pipeline_id, partition_id, config) DO UPDATE SET
     fragments = bm25_partition_stats.fragments + EXCLUDED.fragments,
     total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
 """
 
 _SEGMENT = """
 INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment, fragments, tier, ordinals)
-SELECT %(pipeline)s, %(partition)s, %(segment)s, %(fragments)s, %(tier)s,
+SELECT anchor.pipeline_id, %(partition)s, %(segment)s, %(fragments)s, %(tier)s,
        (SELECT range_agg(int4range(o, o, '[]')) FROM unnest(%(ordinals)s::int[]) AS o)
+FROM pgbraid.bm25_stats anchor WHERE anchor.pipeline_id = %(pipeline)s
 """
 
 # Fragments written and expired within this transaction: now in one of its new segments.
@@ -76,7 +79,7 @@ _PLACE_DEAD = """
 UPDATE pgbraid.bm25_dead d SET segment = s.segment
 FROM pgbraid.bm25_segments s
 WHERE s.pipeline_id = %(pipeline)s AND s.segment = ANY(%(segments)s::int[])
-  AND d.partition_id = s.partition_id AND d.segment IS NULL AND s.ordinals @> d.ordinal
+  AND d.pipeline_id = s.pipeline_id AND d.partition_id = s.partition_id AND d.segment IS NULL AND s.ordinals @> d.ordinal
 """
 
 # The partition key of fragment f in SQL (as partition_key: code point order).
@@ -90,16 +93,18 @@ WITH gone AS (
     FROM pgbraid.fragments f
     JOIN pgbraid.bm25_partitions p ON p.pipeline_id = f.pipeline_id AND p.classifications = """ \
     + PARTITION_OF + """
-    WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
+    WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s
+      AND f.bm25_ordinal IS NOT NULL AND NOT f.quarantined),
 dead AS (  -- fragments with postings, in the segment holding them (NULL: not flushed yet)
     INSERT INTO pgbraid.bm25_dead (pipeline_id, partition_id, ordinal, segment)
     SELECT %(pipeline)s, g.bm25_partition, g.bm25_ordinal,
            (SELECT s.segment FROM pgbraid.bm25_segments s
-             WHERE s.partition_id = g.bm25_partition AND s.ordinals @> g.bm25_ordinal)
+             WHERE s.pipeline_id = %(pipeline)s AND s.partition_id = g.bm25_partition
+               AND s.ordinals @> g.bm25_ordinal)
     FROM gone g WHERE g.bm25_length > 0 ON CONFLICT DO NOTHING)
-INSERT INTO pgbraid.bm25_partition_stats (partition_id, config, fragments, total_length)
-SELECT bm25_partition, config, -count(*), -sum(bm25_length) FROM gone GROUP BY 1, 2
-ON CONFLICT (partition_id, config) DO UPDATE SET
+INSERT INTO pgbraid.bm25_partition_stats (pipeline_id, partition_id, config, fragments, total_length)
+SELECT %(pipeline)s, bm25_partition, config, -count(*), -sum(bm25_length) FROM gone GROUP BY 2, 3
+ON CONFLICT (pipeline_id, partition_id, config) DO UPDATE SET
     fragments = bm25_partition_stats.fragments + EXCLUDED.fragments,
     total_length = bm25_partition_stats.total_length + EXCLUDED.total_length
 """
@@ -167,6 +172,11 @@ class Pending:
 
 
 def ensure_stats(conn: psycopg.Connection, pipeline_id: int) -> None:
+    """The pipeline's row of bm25_stats, which every ingest creates first. The batch
+    inserts select FROM it (``anchor``, a primary-key lookup): on a Citus coordinator
+    an INSERT ... SELECT over only unnest() of parameters goes through the coordinator
+    and COPY, which row-level security refuses on the workers; one over a row of the
+    pipeline in a co-located table is sent to the pipeline's shard as it is."""
     conn.execute("INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%s) ON CONFLICT DO NOTHING",
                  (pipeline_id,))
 
@@ -193,14 +203,16 @@ _HOLDING = """
 SELECT d.partition_id, d.segment, f.bm25_ordinal, f.bm25_terms
 FROM pgbraid.fragments f
 JOIN pgbraid.bm25_dead d ON d.pipeline_id = f.pipeline_id AND d.ordinal = f.bm25_ordinal
-WHERE f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s AND d.segment IS NOT NULL
+WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s AND d.pipeline_id = %(pipeline)s
+  AND d.segment IS NOT NULL
 ORDER BY d.segment, f.bm25_ordinal
 """
 
 _FORWARD = """
 SELECT f.bm25_ordinal, f.bm25_length, f.bm25_terms, f.bm25_tfs, f.ts_config::text,
        f.classifications
-FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL
+FROM pgbraid.fragments f
+WHERE f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s AND f.bm25_ordinal IS NOT NULL
 ORDER BY f.bm25_ordinal
 """
 
@@ -235,7 +247,7 @@ def restore(conn: psycopg.Connection, pipeline_id: int, version_id: int) -> None
     postings written again from the forward index into a new segment per partition
     (each ordinal first cut out of the ranges of segments that held it once), their
     statistics added back."""
-    rows = conn.execute(_FORWARD, {"version": version_id}).fetchall()
+    rows = conn.execute(_FORWARD, {"pipeline": pipeline_id, "version": version_id}).fetchall()
     if not rows:
         return
     ids = partitions(conn, pipeline_id, {partition_key(tuple(r[5])) for r in rows})
@@ -265,14 +277,14 @@ def _pack(pending: Pending) -> dict[str, list]:
     return bm25_merge.pack(list(ids), term_of, ordinals, tfs, lengths)
 
 
-def _count(conn: psycopg.Connection, pending: Pending) -> None:
+def _count(conn: psycopg.Connection, pipeline_id: int, pending: Pending) -> None:
     deltas: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     for partition, config, length in zip(pending.partitions, pending.configs, pending.lengths):
         delta = deltas[(partition, config)]
         delta[0] += 1
         delta[1] += length
     keys = sorted(deltas)
-    conn.execute(_STATS, {"partitions": [p for p, _ in keys], "configs": [c for _, c in keys],
+    conn.execute(_STATS, {"pipeline": pipeline_id, "partitions": [p for p, _ in keys], "configs": [c for _, c in keys],
                           "counts": [deltas[k][0] for k in keys],
                           "lengths": [deltas[k][1] for k in keys]})
 
@@ -297,7 +309,7 @@ def flush(conn: psycopg.Connection, pipeline_id: int, pending: Pending,
         if packed["terms"]:
             conn.execute(INSERT_POSTINGS, {"pipeline": pipeline_id, "partition": partition,
                                            "segment": segment, **packed})
-    _count(conn, pending)
+    _count(conn, pipeline_id, pending)
     conn.execute(_PLACE_DEAD, {"pipeline": pipeline_id, "segments": list(range(base, base + len(parts)))})
     for partition in sorted(parts):
         bm25_merge.merge_tiers(conn, pipeline_id, partition, since=first_segment)

@@ -33,28 +33,31 @@ TIER_BASE = 64  # a segment of up to TIER_BASE fragments is tier 0; tiers grow b
 DEAD_SHARE = 0.1
 
 # Large arrays go in binary (%b): psycopg's text array dumper quotes element by element.
+# FROM the pipeline's row of bm25_stats (ANCHOR: see there).
 INSERT_POSTINGS = """
 INSERT INTO pgbraid.bm25_postings
     (pipeline_id, partition_id, segment, term, postings, ordinals, tfs, lengths)
-SELECT %(pipeline)s, %(partition)s, %(segment)s, * FROM unnest(%(terms)b::text[],
-    %(counts)b::int[], %(ordinals)b::bytea[], %(tfs)b::bytea[], %(lengths)b::bytea[])
+SELECT anchor.pipeline_id, %(partition)s, %(segment)s, x.* FROM pgbraid.bm25_stats anchor
+CROSS JOIN LATERAL unnest(%(terms)b::text[], %(counts)b::int[], %(ordinals)b::bytea[],
+                          %(tfs)b::bytea[], %(lengths)b::bytea[]) AS x
+WHERE anchor.pipeline_id = %(pipeline)s
 """
 
 _SINCE = """
 SELECT coalesce(array_agg(segment ORDER BY segment), '{}') FROM pgbraid.bm25_segments
-WHERE partition_id = %(partition)s AND segment >= %(first)s
+WHERE pipeline_id = %(pipeline)s AND partition_id = %(partition)s AND segment >= %(first)s
 """
 
 _FULL_TIER = """
 SELECT array_agg(segment ORDER BY segment) FROM pgbraid.bm25_segments
-WHERE partition_id = %(partition)s AND segment >= %(since)s
+WHERE pipeline_id = %(pipeline)s AND partition_id = %(partition)s AND segment >= %(since)s
 GROUP BY tier HAVING count(*) >= %(factor)s
 ORDER BY tier LIMIT 1
 """
 
 _EVERY = """
 SELECT array_agg(segment ORDER BY segment) FROM pgbraid.bm25_segments
-WHERE partition_id = %(partition)s HAVING count(*) > 1
+WHERE pipeline_id = %(pipeline)s AND partition_id = %(partition)s HAVING count(*) > 1
 """
 
 
@@ -66,21 +69,22 @@ WITH sources AS (
     WHERE pipeline_id = %(pipeline)s AND segment = ANY(%(sources)s::int[])
     RETURNING fragments, ordinals)
 INSERT INTO pgbraid.bm25_segments (pipeline_id, partition_id, segment, fragments, tier, ordinals)
-SELECT %(pipeline)s, %(partition)s, %(segment)s, sum(fragments) - %(dropped)s, 0,
-       (SELECT range_agg(r) FROM sources, unnest(ordinals) AS r)
-FROM sources
+SELECT %(pipeline)s, %(partition)s, %(segment)s, held.n - %(dropped)s, 0, covered.r
+FROM (SELECT sum(fragments) AS n FROM sources) held,
+     (SELECT range_agg(r) AS r FROM sources, unnest(ordinals) AS r) covered
 RETURNING fragments
 """
 
 # The call's segment and the older ones of lower tiers (NULL when there are none).
 _ABSORB = """
 WITH last AS (
-    SELECT segment, tier FROM pgbraid.bm25_segments
-    WHERE partition_id = %(partition)s AND segment >= %(first)s
+    SELECT pipeline_id, segment, tier FROM pgbraid.bm25_segments
+    WHERE pipeline_id = %(pipeline)s AND partition_id = %(partition)s AND segment >= %(first)s
     ORDER BY segment DESC LIMIT 1)
-SELECT array_agg(s.segment ORDER BY s.segment) || (SELECT segment FROM last)
-FROM pgbraid.bm25_segments s, last
-WHERE s.partition_id = %(partition)s AND s.segment < last.segment AND s.tier < last.tier
+SELECT array_agg(s.segment ORDER BY s.segment) || min(last.segment)
+FROM pgbraid.bm25_segments s JOIN last ON last.pipeline_id = s.pipeline_id
+WHERE s.pipeline_id = %(pipeline)s AND s.partition_id = %(partition)s
+  AND s.segment < last.segment AND s.tier < last.tier
 HAVING count(*) > 0
 """
 
@@ -89,7 +93,7 @@ _DEAD_HEAVY = """
 SELECT s.partition_id, s.segment FROM pgbraid.bm25_segments s
 JOIN (SELECT segment, count(*) AS dead FROM pgbraid.bm25_dead
       WHERE pipeline_id = %(pipeline)s AND segment IS NOT NULL GROUP BY segment) d
-  ON d.segment = s.segment
+  ON d.segment = s.segment AND s.pipeline_id = %(pipeline)s
 WHERE s.pipeline_id = %(pipeline)s AND d.dead >= %(share)s * s.fragments
 ORDER BY s.segment
 """
@@ -102,7 +106,8 @@ def tier_of(fragments: int) -> int:
 def merge_call(conn: psycopg.Connection, pipeline_id: int, partition: int,
                first_segment: int) -> bool:
     """Merge the partition's segments numbered from ``first_segment`` on into one."""
-    segments = conn.execute(_SINCE, {"partition": partition, "first": first_segment}).fetchone()[0]
+    segments = conn.execute(_SINCE, {"pipeline": pipeline_id, "partition": partition,
+                                     "first": first_segment}).fetchone()[0]
     if len(segments) < 2:
         return False
     _merge(conn, pipeline_id, partition, segments)
@@ -113,7 +118,8 @@ def absorb(conn: psycopg.Connection, pipeline_id: int, partition: int, first_seg
     """Merge the segment an ingest call left (the newest from ``first_segment`` on) with
     the partition's older segments of lower tiers, so tiers never grow from old to new
     and small old segments do not linger under big new ones."""
-    row = conn.execute(_ABSORB, {"partition": partition, "first": first_segment}).fetchone()
+    row = conn.execute(_ABSORB, {"pipeline": pipeline_id, "partition": partition,
+                                 "first": first_segment}).fetchone()
     if row is None or row[0] is None:
         return False
     _merge(conn, pipeline_id, partition, row[0])
@@ -127,7 +133,8 @@ def merge_tiers(conn: psycopg.Connection, pipeline_id: int, partition: int, *, s
     merges = 0
     while True:
         statement = _EVERY if everything else _FULL_TIER
-        row = conn.execute(statement, {"partition": partition, "factor": MERGE_FACTOR,
+        row = conn.execute(statement, {"pipeline": pipeline_id, "partition": partition,
+                                       "factor": MERGE_FACTOR,
                                        "since": since}).fetchone()
         if row is None:
             return merges

@@ -27,17 +27,20 @@ SELECT CASE WHEN split_part(s, ' ', 1) = %(pipeline)s::text
 FROM coalesce(current_setting('pgbraid.version_time', true), '') AS s
 """
 
-# ON CONFLICT DO UPDATE waits for the row's lock, then computes SET on the latest row.
-_STAMP = """
-WITH c AS (
-    INSERT INTO pgbraid.version_clocks AS c (pipeline_id, stamped)
-    VALUES (%(pipeline)s, clock_timestamp())
-    ON CONFLICT (pipeline_id) DO UPDATE
-        SET stamped = greatest(clock_timestamp(), c.stamped + interval '1 microsecond')
-    RETURNING stamped)
-SELECT stamped, set_config('pgbraid.version_time', %(pipeline)s::text || ' ' || stamped::text, true)
-FROM c
+# ON CONFLICT DO UPDATE waits for the row's lock (and takes it), returning the time
+# before ('-infinity' for a new row). The new time is taken after, in a statement of
+# its own: Citus refuses a volatile clock_timestamp() inside DO UPDATE SET or UPDATE
+# on a distributed table, so it is computed apart and written as a value.
+_LOCK = """
+INSERT INTO pgbraid.version_clocks AS c (pipeline_id, stamped) VALUES (%(pipeline)s, '-infinity')
+ON CONFLICT (pipeline_id) DO UPDATE SET stamped = c.stamped
+RETURNING nullif(stamped, '-infinity')  -- NULL: a new row (greatest skips it)
 """
+_NEXT = """
+SELECT t, set_config('pgbraid.version_time', %(pipeline)s::text || ' ' || t::text, true)
+FROM (SELECT greatest(clock_timestamp(), %(before)s::timestamptz + interval '1 microsecond') AS t) x
+"""
+_SET = "UPDATE pgbraid.version_clocks SET stamped = %(t)s WHERE pipeline_id = %(pipeline)s"
 
 
 def stamp(conn: psycopg.Connection, pipeline_id: int) -> datetime:
@@ -45,4 +48,7 @@ def stamp(conn: psycopg.Connection, pipeline_id: int) -> datetime:
     held = conn.execute(_HELD, {"pipeline": pipeline_id}).fetchone()[0]
     if held is not None:
         return held
-    return conn.execute(_STAMP, {"pipeline": pipeline_id}).fetchone()[0]
+    before = conn.execute(_LOCK, {"pipeline": pipeline_id}).fetchone()[0]
+    now = conn.execute(_NEXT, {"pipeline": pipeline_id, "before": before}).fetchone()[0]
+    conn.execute(_SET, {"pipeline": pipeline_id, "t": now})
+    return now

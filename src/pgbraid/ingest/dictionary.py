@@ -17,7 +17,9 @@ import psycopg
 
 _ADD = """
 INSERT INTO pgbraid.fuzzy_words (pipeline_id, word)
-SELECT %(pipeline)s, w FROM unnest(%(words)s::text[]) AS w ORDER BY w
+SELECT anchor.pipeline_id, w FROM pgbraid.bm25_stats anchor  -- bm25_index.ensure_stats (Citus)
+CROSS JOIN LATERAL unnest(%(words)s::text[]) AS w WHERE anchor.pipeline_id = %(pipeline)s
+ORDER BY w
 ON CONFLICT DO NOTHING
 """
 

@@ -132,8 +132,8 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
     columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     values = sql.SQL(", ").join(
-        sql.SQL("string_to_array({}, ' ')").format(sql.Identifier(c)) if c == "word_set"
-        else sql.Identifier(c) for c in columns)
+        sql.SQL("string_to_array({}, ' ')").format(sql.Identifier("s", c)) if c == "word_set"
+        else sql.Identifier("s", c) for c in columns)
     stage = sql.Identifier(_STAGE)
     conn.execute(sql.SQL(
         "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
@@ -145,10 +145,12 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
             for row in stored:
                 copy.write_row([_dumpable(name, row[_STORED.get(name, name)])
                                 for name in columns])
+        # FROM the pipeline's bm25_stats row: see bm25_index.ensure_stats (Citus).
         cur.execute(sql.SQL(
-            "INSERT INTO pgbraid.fragments ({names}) SELECT {values} FROM {stage}"
-            " RETURNING id, version_id, ordinal").format(names=names, values=values,
-                                                         stage=stage))
+            "INSERT INTO pgbraid.fragments ({names}) SELECT {values} FROM pgbraid.bm25_stats anchor"
+            " JOIN {stage} s ON s.pipeline_id = anchor.pipeline_id WHERE anchor.pipeline_id = %s"
+            " RETURNING id, version_id, ordinal").format(names=names, values=values, stage=stage),
+            (rows[0]["pipeline_id"],))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     if stored:

@@ -45,23 +45,28 @@ MAX_REASON_CHARS = 1000
 _DOCUMENT = """
 SELECT d.id, d.quarantined, d.quarantine_reason, d.quarantined_at,
        (SELECT v.id FROM pgbraid.versions v
-         WHERE v.document_id = d.id AND v.version = d.current_version) AS current_version
+         WHERE v.pipeline_id = %(pipeline)s AND v.document_id = d.id
+           AND v.version = d.current_version) AS current_version
 FROM pgbraid.documents d
 WHERE d.pipeline_id = %(pipeline)s AND d.external_id = %(id)s
-  AND (%(all)s OR EXISTS (SELECT 1 FROM pgbraid.versions v WHERE v.document_id = d.id
+  AND (%(all)s OR EXISTS (SELECT 1 FROM pgbraid.versions v WHERE v.pipeline_id = %(pipeline)s
+                          AND v.document_id = d.id
                           AND v.classifications && %(visible)s::text[]))
 FOR UPDATE OF d
 """
 
 _FLAG_DOCUMENT = """
 UPDATE pgbraid.documents SET quarantined = %(on)s, quarantine_reason = %(reason)s,
-       quarantined_at = CASE WHEN %(on)s THEN statement_timestamp() END
-WHERE id = %(document)s RETURNING quarantine_reason, quarantined_at
+       quarantined_at = %(at)s
+WHERE pipeline_id = %(pipeline)s AND id = %(document)s RETURNING quarantine_reason, quarantined_at
 """
-_FLAG_FRAGMENTS = "UPDATE pgbraid.fragments SET quarantined = %(on)s WHERE document_id = %(document)s"
+_FLAG_FRAGMENTS = ("UPDATE pgbraid.fragments SET quarantined = %(on)s"
+                   " WHERE pipeline_id = %(pipeline)s AND document_id = %(document)s")
 _FLAG_VECTORS = """
 UPDATE pgbraid.embeddings e SET current = NOT %(on)s
-FROM pgbraid.fragments f WHERE f.version_id = %(version)s AND e.fragment_id = f.id
+FROM pgbraid.fragments f
+WHERE e.pipeline_id = %(pipeline)s AND f.pipeline_id = %(pipeline)s AND f.version_id = %(version)s
+  AND e.fragment_id = f.id
 """
 
 
@@ -95,14 +100,17 @@ def change(conn: psycopg.Connection, pipeline: Pipeline, document_id: str, *,
         raise NotFound(f"document {shown(document_id)} does not exist", document_id=document_id)
     document, was, old_reason, since, version = row
     if visible is not None and version is not None:  # a current version beyond: refused
-        current = conn.execute("SELECT classifications FROM pgbraid.versions WHERE id = %s",
-                               (version,)).fetchone()[0]
+        current = conn.execute("SELECT classifications FROM pgbraid.versions"
+                               " WHERE pipeline_id = %s AND id = %s",
+                               (pipeline.id, version)).fetchone()[0]
         WriteBound(frozenset(visible)).check_current(document_id, current)
     if was == quarantined:
         return _state(document_id, was, old_reason, since, changed=False)
     if quarantined and version is not None:
         bm25_index.evict(conn, pipeline.id, version)  # before the flag: retire skips quarantined
-    params = {"on": quarantined, "document": document, "version": version, "reason": reason}
+    # the time is taken apart: Citus refuses a non-immutable function inside CASE
+    at = conn.execute("SELECT statement_timestamp()").fetchone()[0] if quarantined else None
+    params = {"pipeline": pipeline.id, "on": quarantined, "at": at, "document": document, "version": version, "reason": reason}
     conn.execute(_FLAG_FRAGMENTS, params)
     stored_reason, stored_at = conn.execute(_FLAG_DOCUMENT, params).fetchone()
     if version is not None:

@@ -35,36 +35,43 @@ FRAGMENT_KEY = "fragments_pkey"  # ids are random (migration 011): a collision i
 # whether it is quarantined.
 _DOCUMENT = """
 SELECT d.id, d.current_version,
-       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v WHERE v.document_id = d.id),
+       (SELECT coalesce(max(v.version), 0) FROM pgbraid.versions v
+         WHERE v.pipeline_id = %(p)s AND v.document_id = d.id),
        d.quarantined
-FROM pgbraid.documents d WHERE d.pipeline_id = %s AND d.external_id = %s FOR UPDATE
+FROM pgbraid.documents d WHERE d.pipeline_id = %(p)s AND d.external_id = %(id)s FOR UPDATE
 """
 
 _INSERT_EMBEDDINGS = """
 INSERT INTO pgbraid.embeddings (fragment_id, pipeline_id, embedding, current)
-SELECT unnest(%(ids)s::bigint[]), %(pipeline)s, unnest(%(vectors)s::vector[]), NOT %(quarantined)s
+SELECT x.id, anchor.pipeline_id, x.v, NOT %(quarantined)s FROM pgbraid.bm25_stats anchor
+CROSS JOIN LATERAL unnest(%(ids)s::bigint[], %(vectors)s::vector[]) AS x(id, v)
+WHERE anchor.pipeline_id = %(pipeline)s
 """
 
 _INSERT_VERSION = """
-INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,
-                              classifications, language, source, valid_from, key_id)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id
+INSERT INTO pgbraid.versions (pipeline_id, document_id, version, title, body, content_hash,
+                              metadata, classifications, language, source, valid_from, key_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id
 """
 
 # New documents of a batch, at version 1, all at once.
 _NEW_DOCUMENTS = """
 INSERT INTO pgbraid.documents (pipeline_id, external_id, current_version)
-SELECT %(pipeline)s, unnest(%(ids)s::text[]), 1
+SELECT anchor.pipeline_id, x, 1 FROM pgbraid.bm25_stats anchor
+CROSS JOIN LATERAL unnest(%(ids)s::text[]) AS x WHERE anchor.pipeline_id = %(pipeline)s
 ON CONFLICT (pipeline_id, external_id) DO NOTHING
 RETURNING external_id, id
 """
 _NEW_VERSIONS = """
-INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,
-                              classifications, language, source, valid_from, key_id)
-SELECT d, 1, t, b, h, m, ARRAY(SELECT jsonb_array_elements_text(c)), l, s, %(stamp)s, k
-FROM unnest(%(documents)s::bigint[], %(titles)s::text[], %(bodies)s::text[], %(hashes)s::text[],
-            %(metadata)s::jsonb[], %(classifications)s::jsonb[], %(languages)s::text[],
-            %(sources)s::text[], %(keys)s::text[]) AS x(d, t, b, h, m, c, l, s, k)
+INSERT INTO pgbraid.versions (pipeline_id, document_id, version, title, body, content_hash,
+                              metadata, classifications, language, source, valid_from, key_id)
+SELECT anchor.pipeline_id, d, 1, t, b, h, m, ARRAY(SELECT jsonb_array_elements_text(c)), l, s,
+       %(stamp)s, k
+FROM pgbraid.bm25_stats anchor CROSS JOIN LATERAL unnest(
+    %(documents)s::bigint[], %(titles)s::text[], %(bodies)s::text[], %(hashes)s::text[],
+    %(metadata)s::jsonb[], %(classifications)s::jsonb[], %(languages)s::text[],
+    %(sources)s::text[], %(keys)s::text[]) AS x(d, t, b, h, m, c, l, s, k)
+WHERE anchor.pipeline_id = %(pipeline)s
 RETURNING document_id, id
 """
 
@@ -87,12 +94,13 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
                  " ON CONFLICT (pipeline_id, external_id) DO NOTHING", (pipeline.id, doc.id))
     document_id, current, last, quarantined = conn.execute(
-        _DOCUMENT, (pipeline.id, doc.id)).fetchone()
+        _DOCUMENT, {"p": pipeline.id, "id": doc.id}).fetchone()
     previous = None
     if current is not None:
         previous = conn.execute(
             "SELECT id, content_hash, classifications FROM pgbraid.versions"
-            " WHERE document_id = %s AND version = %s", (document_id, current)).fetchone()
+            " WHERE pipeline_id = %s AND document_id = %s AND version = %s",
+            (pipeline.id, document_id, current)).fetchone()
         if previous and pipeline.bound is not None:  # before the hash: no content oracle
             pipeline.bound.check_current(doc.id, previous[2])
         if previous and previous[1] == prepared.digest:
@@ -103,7 +111,7 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
     title, body, metadata, key_id = stored_version(sealing, document_id, number, doc.title,
                                                    doc.text, doc.metadata)
     version_id = conn.execute(_INSERT_VERSION, (
-        document_id, number, title, body, prepared.digest, metadata,
+        pipeline.id, document_id, number, title, body, prepared.digest, metadata,
         list(prepared.classifications), _language(pipeline, prepared), doc.source,
         clock.stamp(conn, pipeline.id), key_id)).fetchone()[0]
     ids = _insert_fragments(conn, pipeline, sealing, [(prepared, (document_id, version_id,
@@ -111,8 +119,8 @@ def write_document(conn: psycopg.Connection, pipeline: Pipeline, prepared: Prepa
                             pending, partition=lambda p: partition, quarantined=quarantined)
     if previous is not None:
         _expire(conn, pipeline, previous[0])
-    conn.execute("UPDATE pgbraid.documents SET current_version = %s WHERE id = %s",
-                 (number, document_id))
+    conn.execute("UPDATE pgbraid.documents SET current_version = %s"
+                 " WHERE pipeline_id = %s AND id = %s", (number, pipeline.id, document_id))
     return ("updated" if previous is not None else "added"), len(ids)
 
 
@@ -129,6 +137,7 @@ def write_new(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared
     stored = [stored_version(sealing, documents[p.doc.id], 1, p.doc.title, p.doc.text,
                              p.doc.metadata) for p in batch]
     versions = dict(conn.execute(_NEW_VERSIONS, {
+        "pipeline": pipeline.id,
         "stamp": clock.stamp(conn, pipeline.id),
         "documents": [documents[i] for i in ids],
         "titles": [s[0] for s in stored],
@@ -184,25 +193,29 @@ def delete_document(conn: psycopg.Connection, pipeline: Pipeline, external_id: s
     no current one; returns the version expired. Re-ingesting the id later makes the
     next version."""
     bm25_index.lock(conn, pipeline.id)
-    row = conn.execute(_DOCUMENT, (pipeline.id, external_id)).fetchone()
+    row = conn.execute(_DOCUMENT, {"p": pipeline.id, "id": external_id}).fetchone()
     if row is None or row[1] is None:
         raise NotFound(f"document {external_id!r} does not exist", document_id=external_id)
     version_id, classifications = conn.execute(
-        "SELECT id, classifications FROM pgbraid.versions WHERE document_id = %s"
-        " AND version = %s", (row[0], row[1])).fetchone()
+        "SELECT id, classifications FROM pgbraid.versions WHERE pipeline_id = %s"
+        " AND document_id = %s AND version = %s", (pipeline.id, row[0], row[1])).fetchone()
     if pipeline.bound is not None:
         pipeline.bound.check_current(external_id, classifications)
     _expire(conn, pipeline, version_id)
-    conn.execute("UPDATE pgbraid.documents SET current_version = NULL WHERE id = %s", (row[0],))
+    conn.execute("UPDATE pgbraid.documents SET current_version = NULL"
+                 " WHERE pipeline_id = %s AND id = %s", (pipeline.id, row[0]))
     bm25_index.compact(conn, pipeline.id)
     return row[1]
 
 
 def _expire(conn: psycopg.Connection, pipeline: Pipeline, version_id: int) -> None:
-    conn.execute("UPDATE pgbraid.versions SET valid_to = %s WHERE id = %s",
-                 (clock.stamp(conn, pipeline.id), version_id))
-    conn.execute("UPDATE pgbraid.fragments SET current = false WHERE version_id = %s", (version_id,))
+    at, ids = clock.stamp(conn, pipeline.id), (pipeline.id, version_id)
+    conn.execute("UPDATE pgbraid.versions SET valid_to = %s WHERE pipeline_id = %s AND id = %s",
+                 (at, *ids))
+    conn.execute("UPDATE pgbraid.fragments SET current = false"
+                 " WHERE pipeline_id = %s AND version_id = %s", ids)
     if pipeline.embedder:
-        conn.execute("UPDATE pgbraid.embeddings SET current = false WHERE fragment_id IN"
-                     " (SELECT id FROM pgbraid.fragments WHERE version_id = %s)", (version_id,))
+        conn.execute("UPDATE pgbraid.embeddings e SET current = false FROM pgbraid.fragments f"
+                     " WHERE e.pipeline_id = %s AND f.pipeline_id = e.pipeline_id"
+                     " AND f.version_id = %s AND e.fragment_id = f.id", ids)
     bm25_index.retire(conn, pipeline.id, version_id)

@@ -77,11 +77,13 @@ s AS (
            coalesce(sum(st.total_length), 0)::bigint AS total_length,
            coalesce(array_agg(DISTINCT st.config ORDER BY st.config)
                     FILTER (WHERE st.fragments > 0), '{{}}') AS configs
-    FROM pgbraid.bm25_partition_stats st WHERE st.partition_id IN (SELECT id FROM parts)),
+    FROM pgbraid.bm25_partition_stats st
+    WHERE st.pipeline_id = %(scope_pipeline)s::bigint AND st.partition_id IN (SELECT id FROM parts)),
 h AS (
     SELECT b.next_ordinal,
            (SELECT coalesce(array_agg(d.ordinal), '{{}}') FROM pgbraid.bm25_dead d
-             WHERE d.partition_id IN (SELECT id FROM parts)) AS dead
+             WHERE d.pipeline_id = %(scope_pipeline)s::bigint
+               AND d.partition_id IN (SELECT id FROM parts)) AS dead
     FROM pgbraid.bm25_stats b WHERE b.pipeline_id = %(scope_pipeline)s::bigint),
 l AS (
     SELECT q.lexeme AS term, array_length(q.positions, 1) AS qtf, pp.segment,
@@ -107,8 +109,8 @@ SELECT {columns}, f.bm25_ordinal AS ordinal
 FROM unnest(%(candidates)s::int[]) WITH ORDINALITY AS c(ordinal, position)
      JOIN pgbraid.fragments f
        ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.bm25_ordinal = c.ordinal
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE {scope}
 ORDER BY c.position
 LIMIT %(k)s

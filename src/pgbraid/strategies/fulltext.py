@@ -31,8 +31,8 @@ _SEARCH = """
 SELECT {columns}, ts_rank_cd(f.tsv, q.query, 1) AS score
 FROM (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS query) AS q,
      pgbraid.fragments f
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE {scope} AND f.tsv @@ q.query AND ts_rank_cd(f.tsv, q.query, 1) >= %(threshold)s
 ORDER BY score DESC, f.bm25_ordinal
 LIMIT %(k)s

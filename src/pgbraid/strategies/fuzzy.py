@@ -42,6 +42,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from .. import encryption
+from ..db.database import set_local
 from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
@@ -66,9 +67,9 @@ FROM (SELECT f.id, {score} AS score, {whole} AS whole
       WHERE {scope} AND {match}
       ORDER BY score DESC, whole DESC, f.id
       LIMIT %(k)s) AS c
-     JOIN pgbraid.fragments f ON f.id = c.id
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.fragments f ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.id = c.id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
 # (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
@@ -83,7 +84,8 @@ _SEALED = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s
 # partitions it may see (Scope.partitions: nothing outside the scope moves it).
 _LENGTH = """
 SELECT sum(st.total_length)::float8 / nullif(sum(st.fragments), 0)
-FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats st ON st.partition_id = p.id
+FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats st
+  ON st.pipeline_id = p.pipeline_id AND st.partition_id = p.id
 WHERE {partitions}
 """
 
@@ -159,6 +161,5 @@ def statement(query: str, scope: Scope, k: int, threshold: float,
 
 
 def _thresholds(conn: psycopg.Connection, threshold: float) -> None:
-    conn.execute("SELECT set_config('pg_trgm.similarity_threshold', %(t)s, true),"
-                 " set_config('pg_trgm.word_similarity_threshold', %(t)s, true)",
-                 {"t": str(threshold)})
+    set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
+                     "pg_trgm.word_similarity_threshold": str(threshold)})

@@ -24,8 +24,8 @@ USING bm25 (id, body) WITH (key_field = 'id')
 _SEARCH = """
 SELECT {columns}, pdb.score(f.id) AS score
 FROM pgbraid.fragments f
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE {scope} AND f.body ||| %(query)s
 ORDER BY score DESC, f.id
 LIMIT %(k)s

@@ -25,7 +25,7 @@ from ..pipelines import Pipeline
 # {partitions}: Scope.partitions("p").
 CONFIGS = """
 ARRAY(SELECT DISTINCT s.config FROM pgbraid.bm25_partitions p
-      JOIN pgbraid.bm25_partition_stats s ON s.partition_id = p.id
+      JOIN pgbraid.bm25_partition_stats s ON s.pipeline_id = p.pipeline_id AND s.partition_id = p.id
       WHERE {partitions} AND s.fragments > 0 ORDER BY 1)
 """
 

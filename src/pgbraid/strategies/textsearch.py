@@ -45,7 +45,7 @@ _TEXT = sql.SQL("(coalesce({f}.title, '') || ' ' || {f}.body)")
 _PARTITIONS = """
 SELECT p.id, p.classifications FROM pgbraid.bm25_partitions p
 WHERE {partitions} AND EXISTS (
-    SELECT 1 FROM pgbraid.bm25_partition_stats s WHERE s.partition_id = p.id AND s.fragments > 0)
+    SELECT 1 FROM pgbraid.bm25_partition_stats s WHERE s.pipeline_id = p.pipeline_id AND s.partition_id = p.id AND s.fragments > 0)
 ORDER BY p.id
 """
 
@@ -67,8 +67,8 @@ SELECT c.found, r.* FROM (SELECT count(*) AS found FROM hits) AS c
 LEFT JOIN LATERAL (
     SELECT {columns}, -h.distance AS score
     FROM hits h JOIN pgbraid.fragments f ON f.id = h.id
-         JOIN pgbraid.versions v ON v.id = f.version_id
-         JOIN pgbraid.documents d ON d.id = f.document_id
+         JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+         JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
     WHERE {scope} AND h.distance < 0  -- a fragment holding no query term scores 0
     ORDER BY h.distance, f.id
     LIMIT %(k)s) AS r ON true

@@ -21,7 +21,7 @@ _HALVES = {
  WHERE %(in)s AND e.pipeline_id = %(p)s AND e.dst = ANY(%(ids)s) AND e.type = ANY(%(types)s)"""}
 _ENDS = f"{_HALVES['out']}\nUNION ALL\n{_HALVES['in']}"
 _LISTS = f"SELECT x.v, x.n FROM ({_ENDS}) x"
-_LISTS_OF_TYPE = (f"SELECT x.v, x.n FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.id = x.n"
+_LISTS_OF_TYPE = (f"SELECT x.v, x.n FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.pipeline_id = %(p)s AND nv.id = x.n"
                   " WHERE nv.type = %(nt)s")
 
 # Edges per vertex along the direction, from the precomputed counts (migration 022).
@@ -76,13 +76,14 @@ _SCORED = """SELECT k.c, k.a, k.d, m.shared, NULL::bigint FROM kept k, cost CROS
            AND e.dst = k.c AND e.type = %(type)s) x) m
 WHERE cost.edges <= %(afford)s AND least(coalesce(cardinality(m.shared), 0), k.d) >= coalesce((%(need)s::int[])[k.d], %(beyond)s)
   AND (%(ct)s::text IS NULL
-       OR EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.id = k.c AND v.type = %(ct)s))"""
+       OR EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.pipeline_id = %(p)s AND v.id = k.c
+                   AND v.type = %(ct)s))"""
 
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
              f" FROM ({_ENDS}) x GROUP BY x.v")
 _PROFILES_OF_TYPE = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n ="
-                     f" ANY(%(among)s)) FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.id = x.n"
+                     f" ANY(%(among)s)) FROM ({_ENDS}) x JOIN pgbraid.vertices nv ON nv.pipeline_id = %(p)s AND nv.id = x.n"
                      " WHERE nv.type = %(nt)s GROUP BY x.v")
 
 # The cap + 1 heaviest edges of each vertex: per type and direction an ordered,
@@ -161,5 +162,6 @@ class Native:
         return heaviest_first(rows)
 
     def types_of(self, ids) -> dict[int, str]:
-        return dict(self.conn.execute("SELECT id, type FROM pgbraid.vertices WHERE id = ANY(%s)",
-                                      (list(ids),)).fetchall())
+        return dict(self.conn.execute(
+            "SELECT id, type FROM pgbraid.vertices WHERE pipeline_id = %s AND id = ANY(%s)",
+            (self.pipeline_id, list(ids))).fetchall())

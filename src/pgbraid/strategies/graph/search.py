@@ -57,8 +57,8 @@ HUB_BUDGET = 500_000      # hub edges read by similar's certificate (hubs.py)
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
 FROM pgbraid.documents d
-     JOIN pgbraid.fragments f ON f.document_id = d.id
-     JOIN pgbraid.versions v ON v.id = f.version_id
+     JOIN pgbraid.fragments f ON f.pipeline_id = d.pipeline_id AND f.document_id = d.id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
 WHERE d.pipeline_id = %(scope_pipeline)s AND d.external_id = ANY(%(ids)s) AND {scope}
 ORDER BY d.external_id, f.ordinal
 """

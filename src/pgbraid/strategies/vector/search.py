@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ...db.database import set_local
 from ...errors import BackendUnavailable, InvalidRequest
 from ...models import SearchRequest, shown
 from ...pipelines import Pipeline
@@ -40,9 +41,9 @@ from ..params import PAGING, Param
 _NEAREST = """
 SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}
 FROM pgbraid.embeddings e
-     JOIN pgbraid.fragments f ON f.id = e.fragment_id
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.fragments f ON f.pipeline_id = e.pipeline_id AND f.id = e.fragment_id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 WHERE e.pipeline_id = {pipeline} {current} AND {scope}
 ORDER BY e.embedding::vector({dim}) {op} %(query)s::vector({dim})
 LIMIT %(k)s
@@ -99,9 +100,8 @@ class _Vector(Strategy):
                 strategy: Distance, k: int, *, with_vectors: bool = False) -> list[dict]:
         # Enough candidates per index pass, and keep scanning (in exact order) when the
         # scope filters rows out: filtered searches still return k when k exist.
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true),"
-                     " set_config('hnsw.iterative_scan', 'strict_order', true)",
-                     (str(min(1000, max(40, k))),))
+        set_local(conn, {"hnsw.ef_search": str(min(1000, max(40, k))),
+                         "hnsw.iterative_scan": "strict_order"})
         where, params = scope.where("f")
         dim = sql.Literal(pipeline.dimension)
         statement = sql.SQL(_NEAREST).format(
