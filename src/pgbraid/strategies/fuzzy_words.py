@@ -82,9 +82,9 @@ ORDER BY total DESC, size, m.id LIMIT %(k)s
 _ROWS = """
 SELECT {columns}, c.score
 FROM unnest(%(ids)s::bigint[], %(scores)s::float8[]) WITH ORDINALITY AS c(id, score, n)
-     JOIN pgbraid.fragments f ON f.id = c.id
-     JOIN pgbraid.versions v ON v.id = f.version_id
-     JOIN pgbraid.documents d ON d.id = f.document_id
+     JOIN pgbraid.fragments f ON f.pipeline_id = %(scope_pipeline)s::bigint AND f.id = c.id
+     JOIN pgbraid.versions v ON v.pipeline_id = f.pipeline_id AND v.id = f.version_id
+     JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.n
 """
 
@@ -115,7 +115,7 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     best = found(conn, where, {**params, **expansions}, groups, k, need)
     with conn.cursor(row_factory=class_row(Row)) as cur:
         return cur.execute(sql.SQL(_ROWS).format(columns=sql.SQL(HIT_COLUMNS)), {
-            "ids": [i for i, _, _ in best],
+            "ids": [i for i, _, _ in best], "scope_pipeline": params["scope_pipeline"],
             "scores": [total / len(groups) for _, total, _ in best]}).fetchall()
 
 
