@@ -35,9 +35,9 @@ RETURNING id
 """
 
 _VERSIONS = """
-INSERT INTO pgbraid.versions (document_id, version, title, body, content_hash, metadata,
-                              classifications, language, source, valid_from)
-SELECT d, 1, t, b, h, m, c::text[], l, s, %(stamp)s
+INSERT INTO pgbraid.versions (pipeline_id, document_id, version, title, body, content_hash,
+                              metadata, classifications, language, source, valid_from)
+SELECT %(pipeline)s, d, 1, t, b, h, m, c::text[], l, s, %(stamp)s
 FROM unnest(%(documents)s::bigint[], %(titles)s::text[], %(bodies)s::text[], %(hashes)s::text[],
             %(metadata)s::jsonb[], %(classes)s::text[], %(languages)s::text[], %(sources)s::text[])
      WITH ORDINALITY AS u(d, t, b, h, m, c, l, s, n)
@@ -123,7 +123,7 @@ def _write(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared],
         _DOCUMENTS, {"pipeline": pipeline.id, "ids": [p.doc.id for p in batch]}).fetchall()]
     classes = [_array(p.classifications) for p in batch]
     versions = [r[0] for r in conn.execute(_VERSIONS, {
-        "stamp": stamp, "documents": documents, "titles": [p.doc.title for p in batch],
+        "pipeline": pipeline.id, "stamp": stamp, "documents": documents, "titles": [p.doc.title for p in batch],
         "bodies": [p.doc.text for p in batch], "hashes": [p.digest for p in batch],
         "classes": classes, "metadata": [Jsonb(p.doc.metadata) for p in batch],
         "sources": [p.doc.source for p in batch],

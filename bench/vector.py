@@ -154,8 +154,9 @@ def ensure_synthetic(client, target: int = 100_000) -> str:
             doc = conn.execute("INSERT INTO pgbraid.documents (pipeline_id, external_id, current_version)"
                                " VALUES (%s, %s, 1) RETURNING id", (pid, f"synthetic-{start}")).fetchone()[0]
             version = conn.execute(
-                "INSERT INTO pgbraid.versions (document_id, version, body, content_hash, classifications)"
-                " VALUES (%s, 1, 'synthetic', 'x', '{public}') RETURNING id", (doc,)).fetchone()[0]
+                "INSERT INTO pgbraid.versions (pipeline_id, document_id, version, body, content_hash,"
+                " classifications) VALUES (%s, %s, 1, 'synthetic', 'x', '{public}') RETURNING id",
+                (pid, doc)).fetchone()[0]
             conn.execute(
                 "WITH f AS (INSERT INTO pgbraid.fragments (pipeline_id, document_id, version_id, ordinal,"
                 " body, language, ts_config, classifications)"
