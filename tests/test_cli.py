@@ -161,3 +161,16 @@ def test_a_body_that_does_not_validate_reads_as_over_http(env, cli_pipeline):
     assert error["message"] == "query: must not be empty"
     assert error["details"]["field"] == "query"
     assert error["details"]["errors"] == [{"field": "query", "message": "query: must not be empty"}]
+
+
+def test_the_next_page_cursor_prints_on_one_line_whatever_the_width(env, cli_pipeline):
+    """The table's last line is copied as it is: a cursor longer than the terminal is
+    not wrapped (it was split at 80 columns when piped)."""
+    paged = ["--type", "bm25", "--k", "1", "--params", '{"offset": 0}']
+    result = run(env, "search", cli_pipeline, "maintenance", *paged)
+    line = next(x for x in result.stdout.splitlines() if x.startswith("next page: --cursor "))
+    cursor = line.removeprefix("next page: --cursor ")
+    assert len(line) > 80 or " " not in cursor
+    following = run(env, "search", cli_pipeline, "maintenance", "--type", "bm25", "--k", "1",
+                    "--cursor", cursor)
+    assert following.exit_code == 0, following.stdout

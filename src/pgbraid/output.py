@@ -38,7 +38,7 @@ def show_search(response: SearchResponse) -> None:
     if response.as_of is not None:
         console.print(f"as of {response.as_of.isoformat()}", markup=False)
     if response.next_cursor:
-        console.print(f"next page: --cursor {response.next_cursor}", markup=False)
+        console.print(f"next page: --cursor {response.next_cursor}", markup=False, soft_wrap=True)
     show_trace(response)
 
 

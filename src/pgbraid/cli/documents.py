@@ -69,7 +69,7 @@ def document_list(pipeline: str, after: Optional[str] = typer.Option(None, help=
             console.print(f"{row['document_id']}  v{row['version']}  {row['title'] or ''}",
                           soft_wrap=True, markup=False)
         if page["next"] is not None:
-            console.print(f"next page: --after {page['next']}", markup=False)
+            console.print(f"next page: --after {page['next']}", markup=False, soft_wrap=True)
 
 
 @document_app.command("delete")
