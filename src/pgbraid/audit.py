@@ -261,9 +261,7 @@ class Usage:
         with self._lock:
             counts = self._counts.setdefault(key, Counter())
             counts[kind if kind in counts or len(counts) < MAX_KINDS else OTHER] += 1
-            due = [k for k in self._counts if k[4] < now]
-        if due:
-            self._write(due)
+        self.write_due()
 
     def flush(self) -> None:
         with self._lock:

@@ -138,9 +138,9 @@ def _log_to_stderr() -> None:
     errors = logging.StreamHandler(sys.stderr)
     errors.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     for name in ("pgbraid", "psycopg"):  # errors, where a connection failed (db/database.py)
-        logger = logging.getLogger(name)
-        if not any(isinstance(h, logging.StreamHandler) for h in logger.handlers):
-            logger.addHandler(errors)
+        named = logging.getLogger(name)
+        if not any(isinstance(h, logging.StreamHandler) for h in named.handlers):
+            named.addHandler(errors)
     if not access_logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
