@@ -15,7 +15,8 @@ import time
 
 import psycopg
 
-from pgbraid.ingest import batches, bm25_index, bm25_merge, fragments, language, writer
+from pgbraid import encryption
+from pgbraid.ingest import batches, bm25_index, bm25_merge, dictionary, fragments, language, writer
 from pgbraid.ingest import prepare as P
 
 from .common import connect
@@ -69,6 +70,8 @@ def instrument() -> None:
     wrap(batches, "_write", "write transaction (under the lock)")
     wrap(batches, "write_new", "  documents + versions + fragments")
     wrap(fragments, "insert", "    fragments COPY + INSERT (indexes)")
+    wrap(encryption, "distinct_words", "      fuzzy words of each fragment (python)")
+    wrap(dictionary, "add", "      fuzzy dictionary rows (INSERT ... ON CONFLICT)")
     wrap(bm25_index, "flush", "  bm25 flush (segment, postings, stats, tier merges)")
     wrap(bm25_index, "_pack", "    pack postings (numpy)")
     wrap(bm25_merge, "merge_tiers", "    tier merges")
