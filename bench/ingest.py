@@ -24,6 +24,7 @@ its load moves wall time.
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import shutil
@@ -216,11 +217,13 @@ def embedded_runs(client, rows: list[dict]) -> tuple[float, float, int, list[flo
 
 # -- the suite ------------------------------------------------------------------------
 
-def run(quick: bool = False) -> None:
+def run(quick: bool = False, rounds: int | None = None, embedded_docs: int | None = None) -> None:
+    """The lexical rows and peers (``rounds``: 1 quick, else 2), then the embedded pair on
+    ``embedded_docs`` abstracts (0: skipped)."""
     rows = records()
     why_not = build_textsearch()
     client = connect()
-    rounds = 1 if quick else 2
+    rounds = rounds or (1 if quick else 2)
     console.print(f"[bold]ingest[/bold]: SciFact {len(rows)} abstracts, {rounds} interleaved"
                   f" round(s), load average {os.getloadavg()[0]:.1f} at the start")
     kinds = [("1 process", 1, True), ("2 processes, one pipeline", 2, True),
@@ -255,7 +258,10 @@ def run(quick: bool = False) -> None:
     table("SciFact lexical ingestion (pg_textsearch: one row per document)", columns, out)
     plots.save("ingest", "lexical", [dict(zip(columns, row)) for row in out],
                load=os.getloadavg()[0], rounds=rounds)
-    embedded(client, rows[:2 * EMBEDDED_SLICE if quick else EMBEDDED_DOCS])
+    if embedded_docs is None:
+        embedded_docs = 2 * EMBEDDED_SLICE if quick else EMBEDDED_DOCS
+    if embedded_docs:
+        embedded(client, rows[:embedded_docs])
 
 
 def embedded(client, sample: list[dict]) -> None:
@@ -280,3 +286,20 @@ def plot(results: dict) -> list[Path]:
         return []
     return [plots.bars("ingest", "SciFact lexical ingestion", "fragments/s", values,
                        note="machine shared: see docs/benchmarks.md", digits=0)]
+
+
+def main() -> None:
+    """`python -m bench.ingest [--rounds N] [--embedded-docs N]`: the suite with its sizes
+    chosen (``--embedded-docs 0``: lexical rows and peers only)."""
+    parser = argparse.ArgumentParser(prog="bench.ingest")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--embedded-docs", type=int, default=EMBEDDED_DOCS)
+    args = parser.parse_args()
+    from . import __main__ as suite, ingest  # not __main__'s copy: workers pickle by name
+
+    ingest.run(rounds=args.rounds, embedded_docs=args.embedded_docs)
+    suite.draw(ingest)
+
+
+if __name__ == "__main__":
+    main()

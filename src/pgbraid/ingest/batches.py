@@ -25,7 +25,7 @@ from ..embedders import Embedder
 from ..errors import KeyUnavailable, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
-from . import bm25_index, fragments
+from . import bm25_index, dictionary, fragments
 from .bm25_index import Pending
 from .guard import held_of
 from .prepare import Prepared, detect_languages, prepare
@@ -39,6 +39,7 @@ EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
 # do not: the model is the bottleneck either way, and runs best on full batches.)
 RAMP = 8
 BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
+KNOWN_WORDS = 2_000_000  # an ingest call remembers up to this many dictionary words (~200 MB)
 
 # Current hashes of a batch's documents, and vectors of their current fragments.
 _KNOWN = """
@@ -94,6 +95,13 @@ class Call:
 
     first_segment: int
     partitions: set[int] = field(default_factory=set)
+    known_words: set[str] = field(default_factory=set)
+    """Words this call's committed batches put in the fuzzy dictionary (or found there):
+    words are never taken out of it, so later batches need not send them again."""
+
+    def committed(self, written: Pending) -> None:
+        if len(self.known_words) < KNOWN_WORDS:
+            self.known_words |= written.words
 
 
 @dataclass
@@ -319,7 +327,9 @@ def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestRe
                 if on_error == "stop":
                     report.stopped = True
                     break
+        dictionary.add(conn, pipeline.id, written.words - call.known_words)
         call.partitions |= bm25_index.flush(conn, pipeline.id, written, call.first_segment)
+    call.committed(written)
 
 
 def _fresh(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,

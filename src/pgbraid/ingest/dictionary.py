@@ -6,12 +6,14 @@ an ``as_of`` search or a release brings it back, and a word in the dictionary th
 fragment in a reader's scope holds finds nothing (strategies/fuzzy_words.py). Every
 writer holds the pipeline's index lock (bm25_index.lock) when it gets here, so
 concurrent writers add one after another; the words go in sorted, so row locks are
-taken in one order even without it.
+taken in one order even without it. A batch adds the words of all its fragments in
+one statement, less those an ingest call's earlier batches committed
+(batches.Call.known_words): those are there for good.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Collection
 
 import psycopg
 
@@ -24,8 +26,7 @@ ON CONFLICT DO NOTHING
 """
 
 
-def add(conn: psycopg.Connection, pipeline_id: int, word_sets: Iterable[Iterable[str]]) -> None:
-    """Add the words of fragments (each its ``fragments.word_set``)."""
-    new = set().union(*word_sets)
-    if new:
-        conn.execute(_ADD, {"pipeline": pipeline_id, "words": sorted(new)})
+def add(conn: psycopg.Connection, pipeline_id: int, words: Collection[str]) -> None:
+    """Add words (of fragments' ``fragments.word_set``) not in the dictionary yet."""
+    if words:
+        conn.execute(_ADD, {"pipeline": pipeline_id, "words": sorted(words)})

@@ -28,7 +28,6 @@ from psycopg import sql
 
 from .. import encryption
 from ..pipelines import Pipeline
-from . import dictionary
 
 if TYPE_CHECKING:
     from .prepare import Piece, Prepared
@@ -145,18 +144,16 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
             "tsv": piece.tsv, "metadata": doc.metadata,
             "classifications": list(prepared.classifications), "bm25_ordinal": bm25_ordinal,
             "bm25_length": length, "bm25_terms": terms, "bm25_tfs": tfs, "title": doc.title,
-            "content_hash": piece.content_hash, "quarantined": quarantined}
+            "content_hash": piece.content_hash, "quarantined": quarantined,
+            "word_set": piece.words}
 
 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
            rows: list[dict[str, Any]]) -> list[int]:
     """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
-    without an id (a plain pipeline's) get the column's default. Their distinct words
-    (``word_set``) join the pipeline's fuzzy dictionary."""
+    without an id (a plain pipeline's) get the column's default. (Their words join the
+    fuzzy dictionary at the end of the batch: ingest/dictionary.py.)"""
     stored = stored_fragments(sealing, rows)
-    for piece in stored:  # sent space-separated (words hold no whitespace), split in SQL
-        piece["word_set"] = encryption.distinct_words(piece["title"], piece["section"],
-                                                      piece["body"])
     columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     values = sql.SQL(", ").join(
@@ -166,7 +163,8 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
     conn.execute(sql.SQL(
         "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
-    # psycopg's array dumper runs in Python: a text per row is a fraction of its cost.
+    # psycopg's array dumper runs in Python: a text per row is a fraction of its cost
+    # (word_set goes space-separated, as its words hold no whitespace, split in SQL).
     conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN word_set TYPE text").format(stage))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
@@ -181,9 +179,6 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
             (rows[0]["pipeline_id"],))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
-    if stored:
-        dictionary.add(conn, stored[0]["pipeline_id"], (r["word_set"].split(" ") for r in stored
-                                                        if r["word_set"]))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 
