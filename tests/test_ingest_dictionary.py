@@ -1,5 +1,5 @@
 """fuzzy's dictionary as an ingest call writes it: one statement a batch, holding the
-words of what the batch wrote and not those its earlier batches committed."""
+words of what the batch prepared and not those its earlier batches committed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def test_a_batch_sends_only_words_new_to_the_call(client, monkeypatch):
     monkeypatch.setattr(dictionary, "add", lambda conn, p, words: (sent.append(set(words)),
                                                                     add(conn, p, words)))
     docs = [
-        # Fails when written (jsonb refuses \u0000): its words must not count as known.
+        # Fails when written (jsonb refuses \u0000): its words are in the dictionary
+        # (added while the batch was prepared), where they find nothing.
         SourceDocument(id="a", text="Quokkas graze at dusk", metadata={"x": "\u0000"}),
         SourceDocument(id="b", text="Wombats dig at dusk"),
         SourceDocument(id="c", text="Quokkas and wombats, at dusk"),
@@ -27,12 +28,15 @@ def test_a_batch_sends_only_words_new_to_the_call(client, monkeypatch):
         target = pipelines.get(conn, name)
     report = batches.ingest(client._session, target, docs, batch_size=1)
     assert (report.added, len(report.failed)) == (2, 1)
-    # c's words less b's: "quokkas" is sent again, as a's batch wrote nothing.
-    assert sent == [set(), {"wombats", "dig", "at", "dusk"}, {"quokkas", "and"}]
+    # Each batch's words less those of the batches before it.
+    assert sent == [{"quokkas", "graze", "at", "dusk"}, {"wombats", "dig"}, {"and"}]
     with client._session() as conn:
         held = {r[0] for r in conn.execute(
             "SELECT word FROM pgbraid.fuzzy_words WHERE pipeline_id = %s", (target.id,))}
         words = {w for (ws,) in conn.execute(
             "SELECT word_set FROM pgbraid.fragments WHERE pipeline_id = %s", (target.id,))
             for w in ws}
-    assert held == words == {"wombats", "dig", "at", "dusk", "quokkas", "and"}
+    assert words == {"wombats", "dig", "at", "dusk", "quokkas", "and"}
+    assert held == words | {"graze"}
+    # a's fragment was never written: its word finds nothing.
+    assert client.search(name, "graze", type="fuzzy", params={"method": "words"}).hits == ()

@@ -2,8 +2,9 @@
 
 Preparing a batch (``_prepare``) is everything that needs no lock: chunking,
 language, hashes, which documents are unchanged, the text-search analysis of
-its pieces on a connection of its own (fragments.analyse) and, with an embedder,
-their vectors (ONNX releases the GIL). Writing it (``_write``) is one
+its pieces on a connection of its own (fragments.analyse), adding their words
+to fuzzy's dictionary (ingest/dictionary.py) and, with an embedder, their
+vectors (ONNX releases the GIL). Writing it (``_write``) is one
 transaction under the pipeline's BM25 lock: the documents new to the pipeline
 together (writer.write_new), the others one by one in savepoints, then the
 batch's postings as one segment per partition. So the lock is held only for
@@ -96,12 +97,13 @@ class Call:
     first_segment: int
     partitions: set[int] = field(default_factory=set)
     known_words: set[str] = field(default_factory=set)
-    """Words this call's committed batches put in the fuzzy dictionary (or found there):
-    words are never taken out of it, so later batches need not send them again."""
+    """Words this call's batches committed to fuzzy's dictionary (or found there): words
+    are never taken out of it, so later batches need not send them again. (Only the
+    worker thread, one batch after the other, reads and adds them.)"""
 
-    def committed(self, written: Pending) -> None:
+    def committed(self, words: set[str]) -> None:
         if len(self.known_words) < KNOWN_WORDS:
-            self.known_words |= written.words
+            self.known_words |= words
 
 
 @dataclass
@@ -132,7 +134,8 @@ def ingest(session: Callable, pipeline: Pipeline,
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
             for chunk in _chunks(_divert(items, report), first, size):
-                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
+                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder,
+                                call)
                 if previous is not None:
                     _finish(session, pipeline, previous.result(), report, call, on_error, progress)
                     if report.stopped:
@@ -183,8 +186,9 @@ def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
 
 
 def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
-             embedder: Embedder | None) -> Batch:
-    """Prepare, analyse and embed what is new in a batch (in the worker thread)."""
+             embedder: Embedder | None, call: Call) -> Batch:
+    """Prepare, analyse and embed what is new in a batch (in the worker thread); its
+    words join fuzzy's dictionary in this transaction (ingest/dictionary.py)."""
     items: list[Prepared | ReadError] = []
     languages = iter(detect_languages([i for i in chunk if not isinstance(i, ReadError)], pipeline))
     for item in chunk:
@@ -205,17 +209,13 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
         batch = Batch(items, {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest})
         _analyse(conn, pipeline, batch)
         todo = _todo(batch)
-        if not pipeline.embedder:
-            for p in todo:
-                if p.doc.embedding is not None:
-                    _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
-                                    " remove the embedding field")
-            return batch
-        if not todo:
-            return batch
-        reusable = dict(conn.execute(_REUSABLE, {
-            "pipeline": pipeline.id,
-            "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
+        words = {w for p in todo for piece in p.pieces for w in piece.words.split()}
+        words -= call.known_words
+        dictionary.add(conn, pipeline.id, words)
+        reusable = _reusable(conn, pipeline, batch, todo)
+    call.committed(words)
+    if reusable is None:
+        return batch
     for p in todo:
         try:
             _assign_vectors(p, pipeline, reusable)
@@ -228,6 +228,23 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
         except PgbraidError as exc:
             batch.embedding_failure = f"embedding failed: {exc.message}"
     return batch
+
+
+def _reusable(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
+              todo: list[Prepared]) -> dict | None:
+    """The vectors of current fragments with the hashes of the batch's new pieces (None:
+    the pipeline has no embedder, or nothing is new)."""
+    if not pipeline.embedder:
+        for p in todo:
+            if p.doc.embedding is not None:
+                _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
+                                " remove the embedding field")
+        return None
+    if not todo:
+        return None
+    return dict(conn.execute(_REUSABLE, {
+        "pipeline": pipeline.id,
+        "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
 
 
 def _todo(batch: Batch) -> list[Prepared]:
@@ -327,9 +344,7 @@ def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestRe
                 if on_error == "stop":
                     report.stopped = True
                     break
-        dictionary.add(conn, pipeline.id, written.words - call.known_words)
         call.partitions |= bm25_index.flush(conn, pipeline.id, written, call.first_segment)
-    call.committed(written)
 
 
 def _fresh(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,

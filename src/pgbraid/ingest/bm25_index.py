@@ -133,9 +133,7 @@ def partitions(conn: psycopg.Connection, pipeline_id: int,
 
 @dataclass
 class Pending:
-    """The postings of fragments written in this batch, flushed as one segment per partition,
-    and their words (``words``: quarantined fragments' too), added to fuzzy's dictionary
-    with them (ingest/dictionary.py)."""
+    """The postings of fragments written in this batch, flushed as one segment per partition."""
 
     ordinals: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
@@ -144,7 +142,6 @@ class Pending:
     configs: list[str] = field(default_factory=list)
     """Text-search configuration of each fragment."""
     partitions: list[int] = field(default_factory=list)
-    words: set[str] = field(default_factory=set)
 
     def add(self, ordinal: int, length: int, terms: list[str] | None, tfs: list[int] | None,
             config: str, partition: int) -> None:
@@ -158,7 +155,6 @@ class Pending:
     def extend(self, other: "Pending") -> None:
         for name in ("ordinals", "lengths", "terms", "tfs", "configs", "partitions"):
             getattr(self, name).extend(getattr(other, name))
-        self.words |= other.words
 
     def split(self) -> dict[int, "Pending"]:
         """The pending fragments of each partition."""

@@ -1,14 +1,15 @@
 """fuzzy's word dictionary (migration 028): every distinct word of a pipeline's stored
-fragments, added in the transaction that writes them.
+fragments, and maybe more.
 
 Words are only ever added: an expired or quarantined fragment keeps its words, since
 an ``as_of`` search or a release brings it back, and a word in the dictionary that no
-fragment in a reader's scope holds finds nothing (strategies/fuzzy_words.py). Every
-writer holds the pipeline's index lock (bm25_index.lock) when it gets here, so
-concurrent writers add one after another; the words go in sorted, so row locks are
-taken in one order even without it. A batch adds the words of all its fragments in
-one statement, less those an ingest call's earlier batches committed
-(batches.Call.known_words): those are there for good.
+fragment in a reader's scope holds finds nothing (strategies/fuzzy_words.py). So a
+batch's words are added while it is prepared (batches._prepare), in a transaction of
+their own, outside the pipeline's index lock and beside the previous batch's write: a
+word of a document that then fails to be written stays, and finds nothing. Concurrent
+writers add the same words side by side: they go in sorted, so row locks are taken in
+one order. A batch sends one statement, without the words an ingest call's earlier
+batches committed (batches.Call.known_words): those are there for good.
 """
 
 from __future__ import annotations

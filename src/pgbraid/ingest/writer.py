@@ -11,9 +11,7 @@ few statements per batch); the others one by one (``write_document``), each in
 its own savepoint so a failing one rolls back alone (batches.py). A new version of
 a quarantined document is written quarantined (ingest/quarantine.py); a document
 new to the pipeline never is one, and a quarantined one (even with no current
-version) exists, so it never takes ``write_new``. The fragments' postings and words
-are added to the batch's ``Pending``, which it writes last (bm25_index.flush,
-dictionary.add).
+version) exists, so it never takes ``write_new``.
 """
 
 from __future__ import annotations
@@ -174,7 +172,6 @@ def _insert_fragments(conn: psycopg.Connection, pipeline: Pipeline,
     for prepared, ids in owners:
         part = partition(prepared)
         for ordinal, piece in enumerate(prepared.pieces):
-            pending.words.update(piece.words.split())
             if prepared.vectors is not None:
                 vectors[len(rows)] = prepared.vectors[ordinal]
             rows.append(fragments.row(pipeline, prepared, ids, ordinal, base + len(rows),
