@@ -1,5 +1,5 @@
 """fuzzy's dictionary as an ingest call writes it: one statement a batch, holding the
-words of what the batch prepared and not those its earlier batches committed."""
+words of what the batch prepared, before it is written."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pgbraid.ingest import batches, dictionary
 from pgbraid.ingest.readers import SourceDocument
 
 
-def test_a_batch_sends_only_words_new_to_the_call(client, monkeypatch):
+def test_a_batch_sends_its_words_once_and_a_failed_write_leaves_no_hit(client, monkeypatch):
     name = f"dict-{uuid.uuid4().hex[:8]}"
     client.create_pipeline(name, embedder="none")
     sent: list[set[str]] = []
@@ -28,8 +28,8 @@ def test_a_batch_sends_only_words_new_to_the_call(client, monkeypatch):
         target = pipelines.get(conn, name)
     report = batches.ingest(client._session, target, docs, batch_size=1)
     assert (report.added, len(report.failed)) == (2, 1)
-    # Each batch's words less those of the batches before it.
-    assert sent == [{"quokkas", "graze", "at", "dusk"}, {"wombats", "dig"}, {"and"}]
+    assert sent == [{"quokkas", "graze", "at", "dusk"}, {"wombats", "dig", "at", "dusk"},
+                    {"quokkas", "and", "wombats", "at", "dusk"}]
     with client._session() as conn:
         held = {r[0] for r in conn.execute(
             "SELECT word FROM pgbraid.fuzzy_words WHERE pipeline_id = %s", (target.id,))}

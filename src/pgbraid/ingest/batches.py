@@ -40,7 +40,6 @@ EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
 # do not: the model is the bottleneck either way, and runs best on full batches.)
 RAMP = 8
 BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
-KNOWN_WORDS = 2_000_000  # an ingest call remembers up to this many dictionary words (~200 MB)
 
 # Current hashes of a batch's documents, and vectors of their current fragments.
 _KNOWN = """
@@ -96,14 +95,6 @@ class Call:
 
     first_segment: int
     partitions: set[int] = field(default_factory=set)
-    known_words: set[str] = field(default_factory=set)
-    """Words this call's batches committed to fuzzy's dictionary (or found there): words
-    are never taken out of it, so later batches need not send them again. (Only the
-    worker thread, one batch after the other, reads and adds them.)"""
-
-    def committed(self, words: set[str]) -> None:
-        if len(self.known_words) < KNOWN_WORDS:
-            self.known_words |= words
 
 
 @dataclass
@@ -134,8 +125,7 @@ def ingest(session: Callable, pipeline: Pipeline,
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
             for chunk in _chunks(_divert(items, report), first, size):
-                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder,
-                                call)
+                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
                 if previous is not None:
                     _finish(session, pipeline, previous.result(), report, call, on_error, progress)
                     if report.stopped:
@@ -186,7 +176,7 @@ def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
 
 
 def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
-             embedder: Embedder | None, call: Call) -> Batch:
+             embedder: Embedder | None) -> Batch:
     """Prepare, analyse and embed what is new in a batch (in the worker thread); its
     words join fuzzy's dictionary in this transaction (ingest/dictionary.py)."""
     items: list[Prepared | ReadError] = []
@@ -209,11 +199,9 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
         batch = Batch(items, {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest})
         _analyse(conn, pipeline, batch)
         todo = _todo(batch)
-        words = {w for p in todo for piece in p.pieces for w in piece.words.split()}
-        words -= call.known_words
-        dictionary.add(conn, pipeline.id, words)
+        dictionary.add(conn, pipeline.id, {w for p in todo for piece in p.pieces
+                                           for w in piece.words.split()})
         reusable = _reusable(conn, pipeline, batch, todo)
-    call.committed(words)
     if reusable is None:
         return batch
     for p in todo:

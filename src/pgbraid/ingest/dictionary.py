@@ -8,8 +8,9 @@ batch's words are added while it is prepared (batches._prepare), in a transactio
 their own, outside the pipeline's index lock and beside the previous batch's write: a
 word of a document that then fails to be written stays, and finds nothing. Concurrent
 writers add the same words side by side: they go in sorted, so row locks are taken in
-one order. A batch sends one statement, without the words an ingest call's earlier
-batches committed (batches.Call.known_words): those are there for good.
+one order. A batch sends all its words in one statement. (Leaving out those that
+earlier batches of the call had sent halved the words sent on SciFact and saved no
+server CPU: new words' index entries are the cost, not finding the known ones.)
 """
 
 from __future__ import annotations
@@ -28,6 +29,6 @@ ON CONFLICT DO NOTHING
 
 
 def add(conn: psycopg.Connection, pipeline_id: int, words: Collection[str]) -> None:
-    """Add words (of fragments' ``fragments.word_set``) not in the dictionary yet."""
+    """Add words (of fragments' ``fragments.word_set``); those already there are skipped."""
     if words:
         conn.execute(_ADD, {"pipeline": pipeline_id, "words": sorted(words)})
