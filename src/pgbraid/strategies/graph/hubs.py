@@ -67,6 +67,19 @@ class Bound:
         r = len(self.weights) - read
         return self.pair(r, r)
 
+    def enough(self, t: float | None) -> int:
+        """The fewest hubs to read (smallest first) for ``unseen`` to fall below t."""
+        if t is None:
+            return 1
+        floor = t * (1 - SLACK)
+        return next((j for j in range(len(self.weights)) if self.unseen(j) < floor),
+                    len(self.weights))
+
+    def order(self, a: int, degree: int, unread: int) -> float:
+        """The best score of a candidate seen in a of the lists read (its probing order)."""
+        x = min(a + unread, degree)
+        return self.pair(x, degree if self.exact else x)
+
     def need(self, t: float | None) -> tuple[list[int], int]:
         """The shared count a seen candidate must be able to reach, by its degree d:
         (need[d - 1] for d = 1..len(need), the need beyond), to score t or more."""
@@ -108,6 +121,38 @@ def window(need: list[int], beyond: int, unread: int) -> tuple[int, int] | None:
         return None
     fits = [d for d, x in enumerate(need, start=1) if x <= 1 + unread]
     return (fits[0], fits[-1]) if fits else (1, 0)
+
+
+@dataclass
+class Ask:
+    """One round's question to an engine's ``probe``: the candidates in the ``hubs``' lists
+    (those in ``done`` left out: scored, or known to fall short) kept by ``need``, read
+    whole when their degrees add up to ``afford`` edges at most, else the ``quota`` most
+    promising (``Bound.order``; within ``afford``); a probed candidate comes back scored
+    when its exact shared count meets ``keep`` (the k-th best so far), else as gone."""
+
+    hubs: list[int]
+    unread: int
+    need: tuple[list[int], int]
+    keep: tuple[list[int], int]
+    afford: int
+    quota: int
+    done: set[int]
+    among: set[int]
+    of_type: str | None
+    bound: "Bound"
+
+
+@dataclass
+class Probed:
+    """What ``probe`` found: c -> (a, D, N(c) & among) for the scored; the gone (probed
+    but short of keep, or not of the candidate type); the edges the probes read; how
+    many kept candidates were not probed."""
+
+    kept: dict[int, tuple[int, int, set[int]]]
+    gone: set[int]
+    edges: int
+    remaining: int
 
 
 @dataclass
@@ -153,6 +198,11 @@ class HubSearch:
             return left
         # scoring may cost what the next round would read again, or a quarter of what is left
         return min(left, max(self.prefix(read + 1), left // 2))
+
+    def probed(self, edges: int, remaining: int) -> None:
+        """The round probed candidates at ``edges`` edges; ``remaining`` kept ones were not."""
+        self.pending = remaining > 0
+        self.edges_read += edges
 
     def scored(self, cost: int | None) -> None:
         """The round's candidates were scored at ``cost`` edges (None: they would cost more
