@@ -82,10 +82,13 @@ _SCORED = """,
         WHEN 'cosine' THEN k.x / sqrt(%(size)s::float8 * k.d) ELSE k.x::float8 END DESC, k.c
         ROWS UNBOUNDED PRECEDING)),
      chosen AS MATERIALIZED (
-    SELECT r.c, r.a, r.d, %(ct)s::text IS NULL OR EXISTS (
-        SELECT 1 FROM pgbraid.vertices v WHERE v.pipeline_id = %(p)s AND v.id = r.c
-           AND v.type = %(ct)s) AS ok FROM ranked r, cost
-     WHERE cost.edges <= %(afford)s OR (r.rank <= %(quota)s AND r.spent <= %(afford)s)),
+    SELECT y.c, y.a, y.d, %(ct)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM pgbraid.vertices v WHERE v.pipeline_id = %(p)s AND v.id = y.c
+           AND v.type = %(ct)s) AS ok FROM (
+        SELECT k.c, k.a, k.d FROM kept k WHERE (SELECT edges FROM cost) <= %(afford)s
+        UNION ALL  -- ranked only when not all of them are affordable
+        SELECT r.c, r.a, r.d FROM ranked r WHERE (SELECT edges FROM cost) > %(afford)s
+           AND r.rank <= %(quota)s AND r.spent <= %(afford)s) y),
      hits AS (
     SELECT e.src AS c, array_agg(e.dst) FILTER (WHERE e.dst = ANY(%(among)s)) AS shared
       FROM pgbraid.edges e WHERE %(cout)s AND e.pipeline_id = %(p)s AND e.type = %(type)s
