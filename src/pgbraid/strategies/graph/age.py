@@ -28,6 +28,7 @@ to agtype (LOAD would need a superuser).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from itertools import accumulate
@@ -348,6 +349,7 @@ class Age:
                 found.kept[c] = (a, d, mine)
             else:
                 found.gone.add(c)
+        _below_kth(found, ask)
         return found
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
@@ -357,3 +359,17 @@ class Age:
 
     def types_of(self, ids) -> dict[int, str]:
         return dict(self._cypher(_TYPES, 2, {"ids": list(ids)})) if ids else {}
+
+
+def _below_kth(found: Probed, ask: Ask) -> None:
+    """What native.py's probe does in SQL: (Jaccard, cosine) a scored candidate below the
+    k-th best of the round's own exact scores is gone."""
+    if ask.bound.measure not in ("jaccard", "cosine") or len(found.kept) < ask.want:
+        return
+    n = ask.bound.size
+    score = {c: len(mine) / (n + d - len(mine)) if ask.bound.measure == "jaccard"
+             else len(mine) / math.sqrt(n * d) for c, (_, d, mine) in found.kept.items()}
+    kth = sorted(score.values(), reverse=True)[ask.want - 1]
+    for c in [c for c, value in score.items() if value < kth]:
+        del found.kept[c]
+        found.gone.add(c)

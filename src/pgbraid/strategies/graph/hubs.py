@@ -12,10 +12,14 @@ shares at most r = h - j hubs, so it scores at most ``unseen(r)``:
 and a candidate seen in a of them (degree D) at most ``pair(min(a + r, D), D)``.
 With t the k-th best exact score so far: once unseen(r) < t no unseen candidate can
 enter the top k (pigeonhole: one sharing m hubs points at one of the h - m + 1
-smallest), and a seen one needs pair(...) >= t to be worth its exact score. Reading
-goes one hub further per round (the bound falls as t rises) until that holds: the
-answer is then *certified exact*, or a work budget of hub edges stops it, and the
-trace says it is not.
+smallest), and a seen one needs pair(...) >= t to be worth its exact score. The
+first round reads the smallest hub; every later one reads at least one hub more
+and at least ``enough(t)``, the fewest lists after which unseen(r) < t (t only
+rises, so that is never more than t needs), until the bound holds with every kept
+candidate scored: the answer is then *certified exact*, or a work budget of hub
+edges stops it, and the trace says it is not. A candidate is probed (its own
+edges read) once: scored, or gone when its exact score is below t (it can never
+enter the top k), and left out of every later round's tally.
 """
 
 from __future__ import annotations
@@ -129,7 +133,8 @@ class Ask:
     (those in ``done`` left out: scored, or known to fall short) kept by ``need``, read
     whole when their degrees add up to ``afford`` edges at most, else the ``quota`` most
     promising (``Bound.order``; within ``afford``); a probed candidate comes back scored
-    when its exact shared count meets ``keep`` (the k-th best so far), else as gone."""
+    when its exact shared count meets ``keep`` (the k-th best so far) and its score is
+    not below the ``want``-th best of the round's own, else as gone."""
 
     hubs: list[int]
     unread: int
@@ -141,6 +146,7 @@ class Ask:
     among: set[int]
     of_type: str | None
     bound: "Bound"
+    want: int           # k: a probed candidate below k others probed with it is gone too
 
 
 @dataclass

@@ -71,7 +71,8 @@ _KEPT = ("SELECT k.c, k.a, k.d, NULL::bigint[], NULL::bigint FROM kept k, cost"
 # as long as their degrees add up to %(afford)s). Each probe reads the candidate's
 # neighbours among the seed's from its own edges (index-only: the filter is not an index
 # condition, which would pick the primary key and visit the heap): its exact score,
-# returned when it meets %(keep)s, else the candidate is gone (as one of another type).
+# returned when it meets %(keep)s and (Jaccard, cosine) is not below the k-th best of
+# the round's own exact scores, else the candidate is gone (as one of another type).
 # The last row: how many kept were not probed, the gone, the edges the probes read.
 _SCORED = """,
      ranked AS (
@@ -98,14 +99,22 @@ _SCORED = """,
       FROM pgbraid.edges e WHERE %(cin)s AND e.pipeline_id = %(p)s AND e.type = %(type)s
        AND e.dst = ANY(ARRAY(SELECT ch.c FROM chosen ch WHERE ch.ok)) GROUP BY e.dst),
      judged AS MATERIALIZED (
-    SELECT ch.c, ch.a, ch.d, h.shared, ch.ok AND least(coalesce(cardinality(h.shared), 0), ch.d)
-           >= coalesce((%(keep)s::int[])[ch.d], %(keep_beyond)s) AS met
-      FROM chosen ch LEFT JOIN hits h ON h.c = ch.c)
-SELECT j.c, j.a, j.d, j.shared, NULL::bigint FROM judged j WHERE j.met
+    SELECT y.*, y.ok AND least(y.s, y.d) >= coalesce((%(keep)s::int[])[y.d], %(keep_beyond)s)
+           AS met, CASE %(measure)s::text WHEN 'jaccard' THEN y.s::float8 / (%(size)s + y.d - y.s)
+                    WHEN 'cosine' THEN y.s / sqrt(%(size)s::float8 * y.d) END AS score
+      FROM (SELECT ch.*, h.shared, coalesce(cardinality(h.shared), 0) AS s
+              FROM chosen ch LEFT JOIN hits h ON h.c = ch.c) y),
+     -- the %(want)s-th best of these exact scores: what scores below it never enters the top k
+     kth AS (SELECT CASE WHEN count(*) < %(want)s THEN NULL ELSE min(b.score) END AS score
+               FROM (SELECT j.score FROM judged j WHERE j.met AND j.score IS NOT NULL
+                      ORDER BY j.score DESC LIMIT %(want)s) b),
+     sorted AS (SELECT j.*, j.met AND (j.score IS NULL OR kth.score IS NULL
+                                       OR j.score >= kth.score) AS sent FROM judged j, kth)
+SELECT j.c, j.a, j.d, j.shared, NULL::bigint FROM sorted j WHERE j.sent
 UNION ALL
 SELECT NULL, (SELECT count(*) FROM kept)::int - count(*)::int, NULL,
-       coalesce(array_agg(j.c) FILTER (WHERE NOT j.met), '{}'), coalesce(sum(j.d), 0)::bigint
-  FROM judged j"""
+       coalesce(array_agg(j.c) FILTER (WHERE NOT j.sent), '{}'), coalesce(sum(j.d), 0)::bigint
+  FROM sorted j"""
 
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
@@ -190,7 +199,7 @@ class Native:
         rows = self._tally(ask.hubs, direction, types, ask.unread, ask.need, ask.done, _SCORED, {
             "afford": ask.afford, "quota": ask.quota, "among": sorted(ask.among),
             "ct": ask.of_type, "keep": ask.keep[0], "keep_beyond": ask.keep[1],
-            "measure": b.measure, "size": b.size})
+            "measure": b.measure, "size": b.size, "want": ask.want})
         _, remaining, _, gone, edges = rows.pop()
         return Probed({c: (a, n, set(shared or ())) for c, a, n, shared, _ in rows},
                       set(gone), edges, remaining)

@@ -201,7 +201,7 @@ def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: H
     if exact:  # the engine scores what it keeps: a kept candidate's degree is exact
         found = adj.probe(Ask(search.order[:read], unread, need, bound.need(scorer.threshold()),
                               afford, max(QUOTA, 4 * q.want), scorer.done, scorer.mine,
-                              q.candidate_type, bound), q.direction, q.types)
+                              q.candidate_type, bound, q.want), q.direction, q.types)
         search.probed(found.edges, found.remaining)
         scorer.done |= found.gone
         search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in found.kept.items()})
