@@ -104,7 +104,9 @@ def test_the_app_role_cannot_list_keys_only_look_one_up_by_digest(tenant, superu
         superuser.execute("SET LOCAL ROLE pgbraid_app")
         for setting in ("", f"other-{uuid.uuid4().hex[:6]}"):
             superuser.execute("SELECT set_config('pgbraid.tenant', %s, true),"
-                              " set_config('pgbraid.key_lookup', 'on', true)", (setting,))
+                              " set_config('pgbraid.key_lookup', 'on', true),"
+                              " set_config('pgbraid.key_digest', %s, true)",
+                              (setting, digest.hex()))
             assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == 0
         found = superuser.execute("SELECT id, tenant_id FROM pgbraid.api_key_by_digest(%s)",
                                   (digest,)).fetchall()

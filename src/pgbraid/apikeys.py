@@ -8,9 +8,9 @@ not passwords: a token is as random as a digest is long, so a fast hash
 loses nothing and a slow one would only slow every request.
 
 A request's key is looked up by its digest through
-``pgbraid.api_key_by_digest`` (migration 013), the only statement that runs
-before the tenant is known; the digests are then compared again in constant
-time. Everything else (create, list, revoke) runs in the tenant's session
+``pgbraid.api_key_by_digest`` (migrations 013, 044), the only statement that runs
+before the tenant is known: it reads the one row of that digest, and no policy
+opens any other; the digests are then compared again in constant time. Everything else (create, list, revoke) runs in the tenant's session
 under row-level security.
 """
 
