@@ -36,7 +36,8 @@ SHOWN_CHARS = 12
 """How much of a token ``keys list`` shows: ``pgb_`` and 8 characters (48 random bits)."""
 
 _COLUMNS = ("SELECT id, prefix, pipeline, permissions, classifications, tenant_admin AS admin,"
-            " created_at, expires_at, revoked_at FROM pgbraid.api_keys")
+            " created_at, expires_at, expires_at IS NOT NULL AND expires_at <= now() AS expired,"
+            " revoked_at FROM pgbraid.api_keys")
 
 
 def digest(token: str) -> bytes:
