@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import sys
 import time
 import types
@@ -34,12 +35,15 @@ SEEDS = [str(i) for i in range(2_500, 100_000, 5_000)]  # bench.graph's 20 seeds
 
 def base_modules(ref: str) -> tuple[types.ModuleType, type]:
     """``ref``'s walks module and Native class, imported beside this checkout's."""
-    folder = export_ref(ref) / "pgbraid" / "strategies" / "graph"
+    src = export_ref(ref)
     package = types.ModuleType("pgbraid.strategies.graph_base")
-    package.__path__ = [str(folder)]
+    package.__path__ = [str(src / "pgbraid" / "strategies" / "graph")]
     sys.modules[package.__name__] = package
-    return (importlib.import_module(f"{package.__name__}.walks"),
-            importlib.import_module(f"{package.__name__}.native").Native)
+    try:
+        return (importlib.import_module(f"{package.__name__}.walks"),
+                importlib.import_module(f"{package.__name__}.native").Native)
+    finally:
+        shutil.rmtree(src.parent)  # imported: the export is no longer needed
 
 
 @contextmanager
