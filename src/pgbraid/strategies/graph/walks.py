@@ -182,6 +182,7 @@ def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, in
         target = min(len(order), search.read + 1)
         if search.rounds:
             target = max(target, bound.enough(t))
+        before = search.read
         afford = search.start(target)
         if afford is None and target > search.read + 1:  # the budget allows fewer, maybe
             afford = search.start(search.read + 1)
@@ -189,12 +190,15 @@ def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, in
             afford = search.start(search.read)  # no further: score this round's, if allowed
         if afford is None:
             return search
-        _round(adj, q, scorer, bound, search, afford, exact)
+        if not _round(adj, q, scorer, bound, search, afford, exact) and search.read == before:
+            search.stopped = "scoring the candidates kept would exceed the budget"
+            return search  # the same lists again, and nothing new scored
 
 
 def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: HubSearch,
-           afford: int, exact: bool) -> None:
-    """One round: tally the hubs read, score what can still enter the top k."""
+           afford: int, exact: bool) -> bool:
+    """One round: tally the hubs read, score what can still enter the top k (False:
+    candidates were kept, and none of them scored)."""
     read, unread = search.read, len(search.order) - search.read
     floor = bound.unseen(read)  # enough if this round certifies; else the next re-reads
     need = bound.need(max(scorer.threshold() or 0.0, floor))
@@ -205,12 +209,13 @@ def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: H
         search.probed(found.edges, found.remaining)
         scorer.done |= found.gone
         search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in found.kept.items()})
-        return
+        return not found.remaining or bool(found.kept or found.gone)
     kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford,
                            scorer.done)
     search.scored(cost)
     if cost is not None:
         _verify_best_first(scorer, bound, kept, unread, floor, search)
+    return cost is not None
 
 
 def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple],
