@@ -162,9 +162,8 @@ def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs:
         conn, pipeline.id, pipeline.created_at,
         [((segment, term), arrays) for term, _, segment, *arrays in rows if segment is not None],
         context.postings)
-    by_term: dict[str, list[Postings]] = {t: [] for t in qtfs}
-    for (_, term), postings in lists.items():
-        by_term[term].append(postings)
+    by_term = bm25_postings.by_term(pipeline.id, pipeline.created_at, lists, list(qtfs),
+                                    context.postings)
     dead_ordinals = np.asarray(dead, dtype=np.int64)
     frequencies = _frequencies(by_term, dead_ordinals, size)
     terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
@@ -324,7 +323,7 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
                 rows = cur.execute(statement, values).fetchall()
         for row in rows:
             ordinal = row.pop("ordinal")
-            found.append((Row(**row, score=float(ranking.scores[ordinal])), ordinal))
+            found.append((Row(**row, score=ranking.score(ordinal)), ordinal))
         checked += len(batch)
         if len(found) >= k:
             break

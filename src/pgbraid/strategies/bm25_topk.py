@@ -44,11 +44,10 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bm25_blockmax
+from . import bm25_blockmax, bm25_maxscore
 from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
-_DENSE = 8  # look a list up by binary search only when it is this much longer than the candidates
 
 @dataclass
 class Term:
@@ -97,16 +96,41 @@ class Ranking:
         self.size = max(size, 1)
         self.dead = dead
         self.stats = Pruning(postings=sum(len(p) for t in terms for p in t.lists))
-        self.scores = np.zeros(0)
+        self._scores = np.zeros(0)
+        self._sparse: tuple[np.ndarray, np.ndarray] | None = None
         self._postings: tuple[np.ndarray, np.ndarray, list[str]] | None = None
 
     @property
-    def blockmax(self) -> bool:
-        return self.pruning == "blockmax" or (
-            self.pruning == "auto" and self.stats.postings >= bm25_blockmax.FROM_POSTINGS)
+    def scores(self) -> np.ndarray:
+        """The score of every ordinal scored (0.0 elsewhere, -inf when dead)."""
+        if self._sparse is not None:  # a sparse ranking's candidates, made dense when asked
+            ordinals, values = self._sparse
+            self._sparse, self._scores = None, self._fresh()
+            self._scores[ordinals] = values
+        return self._scores
 
-    def _weights(self, term: Term, postings: Postings) -> np.ndarray:
-        return term.weight * postings.impacts(*self.impacts)
+    @scores.setter
+    def scores(self, scores: np.ndarray) -> None:
+        self._sparse, self._scores = None, scores
+
+    def score(self, ordinal: int) -> float:
+        """One ordinal's score (sparse rankings need no dense array for it)."""
+        if self._sparse is not None:
+            ordinals, values = self._sparse
+            at = int(np.searchsorted(ordinals, ordinal))
+            return float(values[at]) if at < len(ordinals) and ordinals[at] == ordinal else 0.0
+        return float(self._scores[ordinal])
+
+    @property
+    def blockmax(self) -> bool:
+        return self.pruning == "blockmax" or (self.pruning == "auto" and bm25_blockmax.pays(
+            self.stats.postings, len(self.terms)))
+
+    def _weights(self, term: Term, postings: Postings, at: np.ndarray | None = None) -> np.ndarray:
+        """weight * impact of the list's postings (those ``at`` only, when given): float32,
+        the same bits on every path."""
+        impacts = postings.impacts(*self.impacts)
+        return term.weight * (impacts if at is None else impacts[at])
 
     def _fresh(self) -> np.ndarray:
         scores = np.zeros(self.size, dtype=np.float64)
@@ -118,48 +142,9 @@ class Ranking:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
         if self.blockmax:
             return bm25_blockmax.top(self, width)
-        if self.pruning != "maxscore":
-            return _best(self.exhaustive(), self._contenders(width), width)
-        self.scores = scores = self._fresh()
-        theta, best, pool, due = 0.0, np.zeros(0, dtype=np.int64), [], 4 * width
-        for done, term in enumerate(self.terms, start=1):
-            left = self._left[done]
-            for postings in term.lists:
-                scores[postings.ordinals] += self._weights(term, postings)
-                self.stats.scored += len(postings)
-                pool.append(postings.ordinals)
-            if self.stats.scored < due:
-                continue
-            # Checking costs as much as the lists added since the last check: check
-            # when the postings added have doubled.
-            theta, best = _threshold(scores, best, pool, width, theta)
-            pool, due = [], 2 * self.stats.scored
-            if theta > 0 and left < theta:
-                return self._finish(done, theta, width)
-        self.stats.exhaustive = True
-        return _best(scores, np.flatnonzero(scores > 0), width)
-
-    def _finish(self, done: int, theta: float, width: int) -> np.ndarray:
-        """Phase 2: complete the candidates' scores with the remaining (long) lists."""
-        scores = self.scores
-        candidates = np.flatnonzero(scores >= theta - self._left[done])
-        self.stats.candidates = len(candidates)
-        for i in range(done, len(self.terms)):
-            term = self.terms[i]
-            if len(candidates) > width:  # the candidates' partial scores raise theta
-                theta = max(theta, float(np.partition(scores[candidates], -width)[-width]))
-                candidates = candidates[scores[candidates] >= theta - self._left[i]]
-            for postings in term.lists:
-                if len(postings) <= _DENSE * len(candidates):
-                    scores[postings.ordinals] += self._weights(term, postings)
-                    self.stats.scored += len(postings)
-                    continue
-                at = np.searchsorted(postings.ordinals, candidates)
-                at[at == len(postings)] = 0
-                held = postings.ordinals[at] == candidates
-                impacts = postings.impacts(*self.impacts)
-                scores[candidates[held]] += term.weight * impacts[at[held]]
-        return _best(scores, candidates, width)
+        if self.pruning == "maxscore":
+            return bm25_maxscore.top(self, width)
+        return _best(self.exhaustive(), self._contenders(width), width)
 
     def exhaustive(self) -> np.ndarray:
         """Every posting scored (the same term order as ``top``, so the same sums)."""
@@ -255,22 +240,6 @@ class Ranking:
             at = np.minimum(np.searchsorted(postings.ordinals, wanted), len(postings) - 1)
             held[row] = postings.ordinals[at] == wanted
         return [sorted({lists[row][0] for row in np.flatnonzero(column)}) for column in held.T]
-
-
-def _threshold(scores: np.ndarray, best: np.ndarray, pool: list[np.ndarray], width: int,
-               theta: float) -> tuple[float, np.ndarray]:
-    """theta from the previous leaders and the ordinals scored since, and the new leaders.
-
-    Any set of distinct ordinals gives a lower bound of the width-th best score;
-    this one costs as much as the lists added since the last check, and keeps
-    the leaders, whose scores only grow.
-    """
-    pool = _distinct(np.concatenate([best, *pool]))
-    if len(pool) < width:
-        return theta, pool
-    best = pool[np.argpartition(scores[pool], len(pool) - width)[len(pool) - width:]]
-    value = float(scores[best].min())
-    return max(theta, value if value > 0 else 0.0), best
 
 
 def _distinct(ordinals: np.ndarray) -> np.ndarray:
