@@ -1,40 +1,22 @@
 """Exact BM25 top-k over in-memory posting lists: every posting, MaxScore, or block-max.
 
-Block-max (bm25_blockmax) is the one that scales: see there. The default,
-``auto``, uses it from bm25_blockmax.FROM_POSTINGS postings on and scores
-every posting below (all paths give the same fragments and score bits).
+The default, ``auto``, scores every posting with one ``np.bincount`` (~5-10 ns
+a posting, plus a pass over the dense score array), and switches to block-max
+(bm25_blockmax: windows of ordinals bounded and skipped wholesale) where that
+was measured to pay: from bm25_blockmax.FROM_POSTINGS postings, or for many
+terms from fewer (``bm25_blockmax.pays``). ``params.pruning: "maxscore"``
+forces MaxScore (bm25_maxscore: essential lists chosen by a threshold taken
+from exact scores of a sample, the common terms' lists only looked up for the
+candidates): on the million bench's queries it skipped all but ~10 % of a
+SciFact query's postings yet was no faster than one bincount over all of
+them below ~250k postings, and slower than block-max for the 30-token code
+chunks (docs/benchmarks.md), so no default picks it.
 
-By default a query scores every posting with one ``np.bincount``, at ~5-10 ns
-a posting. On the 100k bench corpus's own lists tiled 1-40x (60k to 2.3M
-postings per query), MaxScore below added 10-40 % of the postings in full yet
-took 1.1-2.1x the time up to ~600k postings, and 0.8-1.3x at 2.3M: both are
-bound by passes over the dense score array (``./run bench lexical``,
-docs/benchmarks.md). It is available as ``params.pruning: "maxscore"`` (exact,
-like the default), and the bench keeps measuring both.
-
-MaxScore (Turtle & Flood, 1995; as in Lucene's ``MaxScoreBulkScorer``), a
-whole posting list at a time:
-
-1. Each query term has an upper bound, ``qtf * idf * max impact`` over its
-   lists. Terms are taken in decreasing order of that bound (rare terms first:
-   high idf, short lists).
-2. Phase 1 adds whole lists to a dense accumulator. Now and then (when the
-   postings added have doubled) theta = the ``width``-th best partial score
-   seen so far: a lower bound of the ``width``-th best final score, since
-   scores only grow. Once the bounds of the terms left sum to less than
-   theta, a fragment none of the added lists holds cannot reach the top
-   ``width``: phase 1 stops.
-3. Phase 2 takes the candidates (partial score + bounds left >= theta) and
-   looks each remaining list up for those ordinals only (binary search in the
-   list, which is sorted by ordinal), dropping candidates that can no longer
-   reach theta before each term.
-
-The candidates' scores are then complete, so the top ``width`` among them is the
-exact top ``width`` (ties included: a fragment scoring theta or more is always
-a candidate). Every fragment is summed in the same term order on every path,
-so a score does not depend on which path computed it. When the scope rejects
-so many of the best that more are needed, ``Ranking`` scores every posting
-(``exhaustive``) and continues from there.
+Every path gives the same fragments with the same score bits: each fragment's
+score is the float32 ``weight * impact`` of its postings added in float64 in
+the same term order. When the scope rejects so many of the best that more
+are needed, ``Ranking`` scores every posting (``exhaustive``) and continues
+from there.
 """
 
 from __future__ import annotations
@@ -98,7 +80,8 @@ class Ranking:
         self.stats = Pruning(postings=sum(len(p) for t in terms for p in t.lists))
         self._scores = np.zeros(0)
         self._sparse: tuple[np.ndarray, np.ndarray] | None = None
-        self._postings: tuple[np.ndarray, np.ndarray, list[str]] | None = None
+        self._ordinals: np.ndarray | None = None
+        """Every posting's ordinal, in term order, once every posting is scored."""
 
     @property
     def scores(self) -> np.ndarray:
@@ -157,8 +140,7 @@ class Ranking:
                 weights = np.concatenate([self._weights(t, p) for t, p in lists],
                                          dtype=np.float64)
                 self.scores = np.bincount(ordinals, weights=weights, minlength=self.size)
-                ends = np.cumsum([len(p) for _, p in lists])
-                self._postings = (ordinals, ends, [t.name for t, _ in lists])
+                self._ordinals = ordinals
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
@@ -176,8 +158,8 @@ class Ranking:
         partitioning: a few hundred ordinals instead of every one with a score.
         """
         scores = self.scores
-        if self._postings is not None:
-            everything = self._postings[0]
+        if self._ordinals is not None:
+            everything = self._ordinals
             pool = _distinct(everything[:sample])  # lists in bound order: rarest first
             if len(pool) >= width:
                 theta = np.partition(scores[pool], len(pool) - width)[len(pool) - width]
@@ -215,24 +197,9 @@ class Ranking:
             yield _ordered(scores, batch)
 
     def matched(self, ordinals: list[int]) -> list[list[str]]:
-        """For each ordinal, the query terms whose postings hold it."""
-        if self._postings is None:
-            return self._matched_by_search(ordinals)
-        # Every posting was scored: one pass over all of them finds the wanted
-        # ordinals, and the list boundaries say which term each came from.
-        everything, ends, names = self._postings
-        wanted = np.zeros(self.size, dtype=bool)
-        wanted[ordinals] = True
-        at = np.flatnonzero(wanted[everything])
-        index = {ordinal: i for i, ordinal in enumerate(ordinals)}
-        found: list[set[str]] = [set() for _ in ordinals]
-        for ordinal, owner in zip(everything[at].tolist(),
-                                  np.searchsorted(ends, at, side="right").tolist()):
-            found[index[ordinal]].add(names[owner])
-        return [sorted(terms) for terms in found]
-
-    def _matched_by_search(self, ordinals: list[int]) -> list[list[str]]:
-        """The same, by binary search in each (sorted) list."""
+        """For each ordinal, the query terms whose postings hold it (by binary search in
+        each sorted list: for 10 hits, 2.4x faster than a pass over every posting,
+        measured at 1M fragments)."""
         wanted = np.asarray(ordinals, dtype=np.int32)
         lists = [(term.name, p) for term in self.terms for p in term.lists if len(p)]
         held = np.zeros((len(lists), len(wanted)), dtype=bool)
