@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
@@ -306,6 +306,14 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
         for name, value in settings.items()]
     # One statement each (a multi-statement string cannot be prepared, and a snapshot
     # sends these in pipeline mode, which prepares), in one round trip all the same.
+    # Inside a pipeline already (a snapshot's opening), they are queued in it: psycopg
+    # syncs on entering a nested pipeline with commands queued and again on leaving it,
+    # two round trips more. An error still stops every statement queued after them
+    # (PostgreSQL skips a pipeline's statements after an error until its sync).
+    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        for statement in statements:
+            conn.execute(statement)
+        return
     with conn.pipeline():
         for statement in statements:
             conn.execute(statement)
