@@ -100,7 +100,7 @@ _RAW_KNN = "SELECT name FROM bench_raw.companies ORDER BY name <-> %s LIMIT 1"
 
 def _raw(client, rows: list[dict]):
     """The raw peer's search: the nearest name by pg_trgm's distance (<->), one connection."""
-    with client.db.admin() as conn:
+    with client._db.admin() as conn:
         conn.execute(_RAW_TABLE)
         if not conn.execute("SELECT 1 FROM bench_raw.companies LIMIT 1").fetchone():
             with conn.cursor() as cur:
@@ -108,7 +108,7 @@ def _raw(client, rows: list[dict]):
             conn.execute("ANALYZE bench_raw.companies")
         conn.commit()
     def search(typed: str) -> tuple[str | None, float]:
-        with client.db.admin() as conn:
+        with client._db.admin() as conn:
             start = time.perf_counter()
             row = conn.execute(_RAW_KNN, (typed,)).fetchone()
             return (row[0] if row else None), (time.perf_counter() - start) * 1000
