@@ -209,11 +209,20 @@ def test_subsets_find_what_the_union_finds(client, monkeypatch):
         response = _words(client, name, query, params={"threshold": threshold})
         return [(h.fragment_id, round(h.score, 6)) for h in response.hits]
 
+    widened = []
+    expand = fuzzy_words._Scores.expand
+
+    def spy(self, groups):
+        widened.append(len(self.short))
+        return expand(self, groups)
+
     for threshold in (0.5, 0.3):
+        monkeypatch.setattr(fuzzy_words._Scores, "expand", spy)
         subsets = [hits(q, threshold) for q in queries]
         monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # every query by the union
         assert [hits(q, threshold) for q in queries] == subsets
         monkeypatch.undo()
+    assert widened  # some short word was expanded in full midway (_Subsets.run)
     assert all(subsets[:5]) and not subsets[5] and all(subsets[6:9])
 
 

@@ -132,7 +132,8 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     where, params = scope.where("f")
     asked = words(query)
     short = _short(asked, threshold)
-    groups = _expansions(conn, params, asked, short, threshold)
+    groups = _expansions(conn, params, asked, [n for n in range(1, len(asked) + 1)
+                                               if n not in short], sorted(short), threshold)
     if not groups:
         return []
     expansions = {"e_words": [w for g in groups.values() for w in g],
@@ -141,7 +142,8 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     need = threshold * len(groups) - _EPSILON
     if sum(1 for g in groups.values() if g) <= MAX_GROUPS:
         scores = _Scores(conn, groups, short, asked, threshold)
-        best = _by_subsets(conn, where, {**params, **expansions}, groups, short, scores, k, need)
+        best = _Subsets(conn, where, {**params, **expansions}, scores, k, need).run(
+            groups, short, lambda: _expansions(conn, params, asked, sorted(short), [], threshold))
     else:
         best = _by_union(conn, where, {**params, **expansions}, k, need)
     with conn.cursor(row_factory=class_row(Row)) as cur:
@@ -174,18 +176,20 @@ def _short(asked: list[str], threshold: float) -> dict[int, float]:
 
 
 def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[str],
-                short: dict[int, float], threshold: float) -> dict[int, dict[str, float]]:
-    """Each query word's expansions (ordinal: word: similarity), a short word's at
-    similarity 1 (pg_trgm's threshold set to 1 for that statement): one round trip."""
+                full: list[int], exact: list[int],
+                threshold: float) -> dict[int, dict[str, float]]:
+    """The expansions (ordinal: word: similarity) of the query words ``full`` at the
+    threshold and of ``exact`` at similarity 1 (pg_trgm's threshold set to 1 for that
+    statement), in one round trip."""
     def expand(ns: list[int]) -> psycopg.Cursor:
         return conn.execute(sql.SQL(_EXPANSIONS).format(), {
             **params, "words": [asked[n - 1] for n in ns], "ns": ns})
 
     with conn.pipeline():
-        cursors = [expand([n for n in range(1, len(asked) + 1) if n not in short])]
-        if short:
+        cursors = [expand(full)]
+        if exact:
             set_thresholds(conn, 1.0)
-            cursors.append(expand(sorted(short)))
+            cursors.append(expand(exact))
             set_thresholds(conn, threshold)
     groups: dict[int, dict[str, float]] = {}
     for cursor in cursors:
@@ -202,43 +206,64 @@ def set_thresholds(conn: psycopg.Connection, threshold: float) -> None:
                      "pg_trgm.word_similarity_threshold": str(threshold)})
 
 
-def _by_subsets(conn: psycopg.Connection, where: sql.Composable, params: dict[str, Any],
-                groups: dict[int, dict[str, float]], short: dict[int, float],
-                scores: "_Scores", k: int, need: float) -> list[tuple[int, float, int]]:
-    """Subsets of the query words whose known expansions a fragment holds, by their
-    bound (their best similarities, plus what each short word outside can add); in a
-    subset's fragments, by their own bound, each scored only while it can still enter."""
-    tops = {n: max(g.values()) for n, g in groups.items() if g}
+class _Subsets:
+    """The subset search: subsets of the query words whose known expansions a fragment
+    holds, by their bound (their best similarities, plus what each short word outside
+    can add); in a subset's fragments, by their own bound, each scored only while it
+    can still enter. When a subset is left to read only for what the short words might
+    add, those are expanded in full instead (what it costs without them) and the
+    search goes on, the fragments read so far kept."""
 
-    def bound(subset: tuple[int, ...]) -> float:
-        return sum(tops[n] for n in subset) + sum(r for n, r in short.items() if n not in subset)
+    def __init__(self, conn: psycopg.Connection, where: sql.Composable, params: dict[str, Any],
+                 scores: "_Scores", k: int, need: float):
+        self.conn, self.where, self.params, self.scores = conn, where, params, scores
+        self.k, self.need = k, need
+        self.found: dict[int, tuple[int, float, int]] = {}
+        self.best: list[float] = []  # the k highest totals reaching need (a heap)
+        self.seen: list[int] = []
 
-    subsets = sorted((s for size in range(len(tops), 0, -1) for s in combinations(tops, size)),
-                     key=lambda s: -bound(s))
-    found: dict[int, tuple[int, float, int]] = {}
-    best: list[float] = []  # the k highest totals reaching need (a heap)
-    seen: list[int] = []
+    def run(self, groups: dict[int, dict[str, float]], short: dict[int, float],
+            widen) -> list[tuple[int, float, int]]:
+        while True:
+            tops = {n: max(g.values()) for n, g in groups.items() if g}
 
-    def floor() -> float:
-        return best[0] - _EPSILON if len(best) >= k else need
+            def bound(subset: tuple[int, ...], rest: bool = True) -> float:
+                return sum(tops[n] for n in subset) + (
+                    sum(r for n, r in short.items() if n not in subset) if rest else 0.0)
 
-    for subset in subsets:
-        if bound(subset) < floor():
-            break
+            for subset in sorted((s for size in range(len(tops), 0, -1)
+                                  for s in combinations(tops, size)), key=lambda s: -bound(s)):
+                if bound(subset) < self.floor():
+                    return self.ranked()
+                if short and bound(subset, rest=False) < self.floor():
+                    break
+                self.read(groups, subset)
+            else:
+                return self.ranked()
+            groups = {**groups, **widen()}
+            short = {}
+            self.scores.expand(groups)
+
+    def floor(self) -> float:
+        return self.best[0] - _EPSILON if len(self.best) >= self.k else self.need
+
+    def ranked(self) -> list[tuple[int, float, int]]:
+        return _ranked(self.found.values(), self.need)[:self.k]
+
+    def read(self, groups: dict[int, dict[str, float]], subset: tuple[int, ...]) -> None:
         holds = sql.SQL(" AND ").join(
             sql.SQL("f.word_set && {}::text[]").format(sql.Placeholder(f"g{n}")) for n in subset)
-        rows = conn.execute(sql.SQL(_SUBSET).format(scope=where, holds=holds),
-                            {**params, "seen": seen,
-                             **{f"g{n}": list(groups[n]) for n in subset}}).fetchall()
-        seen += [fragment for fragment, _ in rows]
-        for fragment, known, cap, missing, held in scores.known(rows):
-            if cap < floor():
+        rows = self.conn.execute(sql.SQL(_SUBSET).format(scope=self.where, holds=holds), {
+            **self.params, "seen": self.seen,
+            **{f"g{n}": list(groups[n]) for n in subset}}).fetchall()
+        self.seen += [fragment for fragment, _ in rows]
+        for fragment, known, cap, missing, held in self.scores.known(rows):
+            if cap < self.floor():
                 break
-            total = known + scores.rest(held, missing, rows)
-            found[fragment] = (fragment, total, len(held))
-            if total >= need:
-                (heappush if len(best) < k else heappushpop)(best, total)
-    return _ranked(found.values(), need)[:k]
+            total = known + self.scores.rest(held, missing, rows)
+            self.found[fragment] = (fragment, total, len(held))
+            if total >= self.need:
+                (heappush if len(self.best) < self.k else heappushpop)(self.best, total)
 
 
 class _Scores:
@@ -260,6 +285,13 @@ class _Scores:
                 self.near.setdefault(word, []).append((n, sim))
         self.grams = {n: trigrams(w) for n, w in self.words.items()}
         self.sims: dict[str, dict[int, float]] = {}  # word: short word: similarity
+
+    def expand(self, groups: dict[int, dict[str, float]]) -> None:
+        """The short words expanded in full: their expansions are known from now on."""
+        for n in self.short:
+            for word, sim in groups[n].items():
+                self.near.setdefault(word, []).append((n, sim))
+        self.short = {}
 
     def known(self, rows: list[tuple[int, list[str]]]) -> list[tuple[int, float, float, list[int],
                                                                     list[str]]]:
