@@ -1,8 +1,12 @@
 """fuzzy's word method at 100k fragments, this checkout's against another commit's,
-interleaved in one process on one server; then the company-names table on the same
-server. One command for a quiet re-measurement::
+interleaved in one process on one server; then the company-names table (bench/fuzzy.py,
+with a raw pg_trgm peer) on the bench server. One command for a quiet re-measurement::
 
-    PGBRAID_MILLION_DIR=/tmp/fuzzy-1m python -m bench.fuzzy_paired [--peer REF] [--queries N]
+    PGBRAID_MILLION_DIR=/tmp/fuzzy-1m PGBRAID_BENCH_DIR=/tmp/fuzzy2-bench \
+        python -m bench.fuzzy_paired [--peer REF] [--queries N] [--no-names]
+
+(the names go on their own server: beside 100k long fragments in one table, the
+text method's trigram scans read the long texts' posting lists too, 1.1 s for one name.)
 
 The peer is REF's ``strategies/fuzzy_words.py`` (``git show``), loaded beside this
 checkout's and put in the fuzzy strategy's place for its turns (this checkout's
@@ -96,8 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     corpus(args.peer, args.queries)
     if not args.no_names:
-        with million.connect() as client:
-            fuzzy.names(client)
+        fuzzy.names()  # on the bench server: beside 100k long fragments its GIN scans are not a name table's
 
 
 if __name__ == "__main__":
