@@ -1,5 +1,5 @@
 """`python -m bench [lexical|fuzzy|vector|hybrid|graph|history|crypto|ingest|quarantine|replicas|capacity|citus|all|plots] [--quick]`,
-`python -m bench million [--build] [--sizes 100k,300k,1m]`
+`python -m bench million [--build] [--sizes 100k,300k,1m] [--quick]`
 
 Each suite prints its tables, keeps their figures in bench/results/<suite>.json and
 draws its plots from that file into docs/plots/ (bench/plots.py); `plots` redraws
@@ -38,15 +38,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
     parser.add_argument("suite", nargs="?", default="all", choices=["lexical", "fuzzy", "vector", "hybrid", "graph", "history", "crypto", "ingest", "live", "quarantine", "contention", "load", "replicas", "capacity", "citus", "million", "all", "plots"])
     parser.add_argument("--quick", action="store_true",
-                        help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield)")
+                        help="skip the large corpora (~100k fragments, 1M edges, CISI/Cranfield); million: "
+                             "pgbraid's default and pg_textsearch only, bm25s's answers kept")
     parser.add_argument("--sizes", default="100k,300k,1m",
                         help="million: the corpus sizes to measure (100k, 300k, 1m)")
     parser.add_argument("--build", action="store_true",
                         help="million: build the corpus first (or resume an interrupted build)")
     args = parser.parse_args()
     if args.suite == "million":  # not in "all": its corpus takes an hour or more to build
-        million.run(sizes=tuple(args.sizes.split(",")), build=args.build)
-        draw(million)
+        million.run(sizes=tuple(args.sizes.split(",")), build=args.build, quick=args.quick)
+        if not args.quick:
+            draw(million)
         return
     if args.suite == "plots":
         draw(*every_module())

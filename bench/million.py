@@ -26,7 +26,7 @@ from pgbraid import pipelines
 
 from . import bulk, corpus, plots
 from .common import ROOT, console, percentiles, table
-from .million_peers import Reference, TextSearch
+from .million_peers import Answers, Reference, TextSearch
 
 DIR = Path(os.environ.get("PGBRAID_MILLION_DIR") or "/tmp/pgbraid-bench-1m")
 PIPELINE = "bench-1m"
@@ -144,6 +144,7 @@ def _restore_indexes(client: pgbraid.Client) -> None:
 
 # -- measuring ------------------------------------------------------------------
 
+QUICK_ROUNDS = 3
 SIZES = {"100k": CLASSES[:1], "300k": CLASSES[:2], "1m": CLASSES}
 VENDOR = Path(os.environ.get("PGBRAID_SHARED_VENDOR") or ROOT.parent / "shared" / "vendor")
 SYSTEMS = ("pgbraid bm25 (block-max)", "pgbraid bm25 (every posting)", "pg_textsearch",
@@ -165,8 +166,12 @@ def complete(client: pgbraid.Client) -> list[str]:
     return [c for c, after in zip(CLASSES, CLASSES[1:]) if (after,) in held]
 
 
-def run(*, sizes: tuple[str, ...] = tuple(SIZES), build: bool = False) -> dict:
-    """Measure the sizes whose classes are complete; build (or resume) first if asked."""
+def run(*, sizes: tuple[str, ...] = tuple(SIZES), build: bool = False, quick: bool = False
+        ) -> dict:
+    """Measure the sizes whose classes are complete; build (or resume) first if asked.
+    ``quick``: pgbraid's default and pg_textsearch only, exactness against bm25s's
+    answers kept from an earlier run (bm25s indexes 1M fragments in ~400 s: it does
+    only when they are missing), so 1M takes a few minutes."""
     from .lexical import code_chunks, query_tokens, scifact_queries
 
     results: dict = {}
@@ -189,29 +194,46 @@ def run(*, sizes: tuple[str, ...] = tuple(SIZES), build: bool = False) -> dict:
             base = (smaller[-1], list(SIZES[smaller[-1]])) if smaller else None
             with client.session() as conn:
                 rows = peer.ensure(size, conn, pid, classes, base) if not peer.reason else None
-                reference = Reference(conn, pid, classes)
+                reference = _reference(conn, pid, classes, size, sets, tokens, quick)
             for set_name, texts in sets.items():
                 before = os.getloadavg()[0]
                 results[(size, set_name)] = _measure(client, peer, reference, size, classes,
-                                                     texts, tokens)
+                                                     texts, tokens, quick)
                 results[(size, set_name)]["load average"] = [before, os.getloadavg()[0]]
-                results[(size, set_name)]["fragments"] = len(reference.ordinals)
+                results[(size, set_name)]["fragments"] = reference.fragments
                 results[(size, set_name)]["pg_textsearch rows"] = rows
                 _print(size, set_name, results[(size, set_name)])
             del reference
         peer.close()
-    _save(results)
+    if not quick:  # a quick run's figures lack the forced paths and bm25s's latency
+        _save(results)
     return results
 
 
+def _reference(conn, pid: int, classes: list[str], size: str, sets: dict, tokens: dict,
+               quick: bool):
+    """bm25s over the size's fragments, or (quick) its answers kept in DIR."""
+    if not quick:
+        return Reference(conn, pid, classes)
+    answers = Answers(DIR / f"bm25s-answers-{size}.json", conn, pid, classes)
+    missing = answers.missing([t for texts in sets.values() for t in texts])
+    if missing:
+        console.print(f"  bm25s answers for {len(missing)} queries missing: indexing {size}")
+        answers.fill(Reference(conn, pid, classes), tokens, missing)
+    return answers
+
+
 def _measure(client, peer, reference, size: str, classes: list[str], texts: list[str],
-             tokens: dict[str, list[str]]) -> dict:
+             tokens: dict[str, list[str]], quick: bool = False) -> dict:
     def pgbraid_search(pruning):
         return lambda t: client.search(PIPELINE, t, type="bm25", classification=classes,
                                        params={"k": 10, "pruning": pruning})
 
-    systems = {SYSTEMS[4]: pgbraid_search("auto"), SYSTEMS[0]: pgbraid_search("blockmax"),
-               SYSTEMS[1]: pgbraid_search("none"), SYSTEMS[3]: lambda t: reference.top(tokens[t])}
+    systems = {SYSTEMS[4]: pgbraid_search("auto")}
+    if not quick:  # block-max and every posting forced, bm25s timed
+        systems.update({SYSTEMS[0]: pgbraid_search("blockmax"),
+                        SYSTEMS[1]: pgbraid_search("none"),
+                        SYSTEMS[3]: lambda t: reference.top(tokens[t])})
     if not peer.reason:
         systems[SYSTEMS[2]] = lambda t: peer.search(size, t)
     for name, search in systems.items():  # warm: caches, shared buffers, prepared statements
@@ -220,33 +242,45 @@ def _measure(client, peer, reference, size: str, classes: list[str], texts: list
     names = list(systems)
     samples: dict[str, list[float]] = {name: [] for name in names}
     answers: dict[str, list] = {name: [] for name in names}
-    for i, text in enumerate(texts):  # interleaved, the order rotating per query
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            start = time.perf_counter()
-            answer = systems[name](text)
-            samples[name].append((time.perf_counter() - start) * 1000)
-            answers[name].append(answer)
+    # Interleaved, the order rotating per query; quick runs take QUICK_ROUNDS passes
+    # (two systems only: more samples in the same few minutes).
+    for turn in range(QUICK_ROUNDS if quick else 1):
+        for i, text in enumerate(texts):
+            for name in names[(i + turn) % len(names):] + names[:(i + turn) % len(names)]:
+                start = time.perf_counter()
+                answer = systems[name](text)
+                samples[name].append((time.perf_counter() - start) * 1000)
+                if turn == 0:
+                    answers[name].append(answer)
+    if quick:
+        answers[SYSTEMS[3]] = [reference.top(t) for t in texts]
     return {"latency": {n: percentiles(s) for n, s in samples.items()},
             **_exactness(answers, len(texts))}
 
 
 def _exactness(answers: dict, count: int) -> dict:
-    """pgbraid's top 10 against bm25s on the same tokens (scores), block-max against
-    every posting (fragments and scores), pg_textsearch against bm25s (ordinals)."""
-    blockmax, every, reference, default = (answers[n] for n in (SYSTEMS[0], SYSTEMS[1],
-                                                                 SYSTEMS[3], SYSTEMS[4]))
-    same = sum(len(a.hits) == len(r) and np.allclose([h.score for h in a.hits],
-                                                     [s for _, s in r], atol=1e-3)
-               for a, r in zip(blockmax, reference))
-    identical = sum([(h.fragment_id, h.score) for h in a.hits] ==
-                    [(h.fragment_id, h.score) for h in b.hits] ==
-                    [(h.fragment_id, h.score) for h in c.hits]
-                    for a, b, c in zip(blockmax, every, default))
-    scored = [a.trace.retrievers[0].details for a in blockmax]
-    out = {"exact vs bm25s": same, "block-max == every posting == default": identical,
-           "queries": count,
-           "postings scored share": float(np.median(
+    """pgbraid's top 10 (the default's; and block-max's, forced) against bm25s on the
+    same tokens (scores), block-max against every posting (fragments and scores),
+    pg_textsearch against bm25s (ordinals)."""
+    reference, default = answers[SYSTEMS[3]], answers[SYSTEMS[4]]
+
+    def exact(mine: list) -> int:
+        return sum(len(a.hits) == len(r) and np.allclose([h.score for h in a.hits],
+                                                         [s for _, s in r], atol=1e-3)
+                   for a, r in zip(mine, reference))
+
+    scored = [a.trace.retrievers[0].details for a in default]
+    out = {"exact vs bm25s": exact(default), "queries": count,
+           "postings scored share (default)": float(np.median(
                [d["postings_scored"] / d["postings"] for d in scored if d["postings"]]))}
+    if SYSTEMS[0] in answers:
+        blockmax, every = answers[SYSTEMS[0]], answers[SYSTEMS[1]]
+        out["exact vs bm25s (block-max)"] = exact(blockmax)
+        out["block-max == every posting == default"] = sum(
+            [(h.fragment_id, h.score) for h in a.hits] ==
+            [(h.fragment_id, h.score) for h in b.hits] ==
+            [(h.fragment_id, h.score) for h in c.hits]
+            for a, b, c in zip(blockmax, every, default))
     if SYSTEMS[2] in answers:
         out["pg_textsearch top-10 overlap with bm25s"] = float(np.mean(
             [len({o for o, _ in p} & {o for o, _ in r}) / max(len(r), 1)
@@ -257,8 +291,9 @@ def _exactness(answers: dict, count: int) -> dict:
 def _print(size: str, set_name: str, result: dict) -> None:
     latency = result["latency"]
     peer = latency.get(SYSTEMS[2])
+    bm25s = latency.get(SYSTEMS[3])
     rows = [[name, p50, p95, p50 / peer[0] if peer else "-", p95 / peer[1] if peer else "-",
-             p50 / latency[SYSTEMS[3]][0]] for name, (p50, p95) in latency.items()]
+             p50 / bm25s[0] if bm25s else "-"] for name, (p50, p95) in latency.items()]
     table(f"{size} ({result['fragments']:,} fragments): {set_name} ({result['queries']}), ms, "
           "interleaved", ["system", "p50", "p95", "p50 / pg_textsearch", "p95 / pg_textsearch",
                           "p50 / bm25s"], rows)

@@ -13,6 +13,7 @@ so its scores are the reference for exactness.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -121,6 +122,10 @@ class Reference:
         console.print(f"  bm25s: {len(ids):,} fragments indexed in "
                       f"{time.perf_counter() - start:.0f} s")
 
+    @property
+    def fragments(self) -> int:
+        return len(self.ordinals)
+
     def top(self, tokens: list[str], k: int = 10) -> list[tuple[int, float]]:
         known = [self.vocabulary[t] for t in tokens if t in self.vocabulary]
         if not known:
@@ -129,3 +134,35 @@ class Reference:
         top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
         top = top[np.lexsort((top, -scores[top]))]
         return [(self.ordinals[i], float(scores[i])) for i in top if scores[i] > 0]
+
+
+class Answers:
+    """bm25s's top 10 for each query text, kept in a file beside the corpus (``--quick``
+    reads them instead of indexing 1M fragments again, ~400 s): used only while the
+    corpus is the one they were computed on (its fragments in scope, next ordinal and
+    next segment)."""
+
+    def __init__(self, path: Path, source: psycopg.Connection, pipeline_id: int,
+                 classes: list[str]) -> None:
+        self.path = path
+        self.fingerprint = list(source.execute(
+            "SELECT (SELECT count(*) FROM pgbraid.fragments f WHERE f.pipeline_id = %(p)s"
+            "        AND f.current AND f.classifications && %(c)s::text[]),"
+            "       b.next_ordinal, b.next_segment FROM pgbraid.bm25_stats b"
+            " WHERE b.pipeline_id = %(p)s", {"p": pipeline_id, "c": classes}).fetchone())
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        self.answers: dict[str, list] = (kept.get("answers", {})
+                                         if kept.get("fingerprint") == self.fingerprint else {})
+        self.fragments = self.fingerprint[0]
+
+    def missing(self, texts: list[str]) -> list[str]:
+        return [t for t in texts if t not in self.answers]
+
+    def fill(self, reference: "Reference", tokens: dict[str, list[str]], texts: list[str]) -> None:
+        for text in texts:
+            self.answers[text] = [list(pair) for pair in reference.top(tokens[text])]
+        self.path.write_text(json.dumps({"fingerprint": self.fingerprint,
+                                         "answers": self.answers}))
+
+    def top(self, text: str) -> list[tuple[int, float]]:
+        return [tuple(pair) for pair in self.answers[text]]

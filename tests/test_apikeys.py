@@ -104,7 +104,9 @@ def test_the_app_role_cannot_list_keys_only_look_one_up_by_digest(tenant, superu
         superuser.execute("SET LOCAL ROLE pgbraid_app")
         for setting in ("", f"other-{uuid.uuid4().hex[:6]}"):
             superuser.execute("SELECT set_config('pgbraid.tenant', %s, true),"
-                              " set_config('pgbraid.key_lookup', 'on', true)", (setting,))
+                              " set_config('pgbraid.key_lookup', 'on', true),"
+                              " set_config('pgbraid.key_digest', %s, true)",
+                              (setting, digest.hex()))
             assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == 0
         found = superuser.execute("SELECT id, tenant_id FROM pgbraid.api_key_by_digest(%s)",
                                   (digest,)).fetchall()
@@ -217,3 +219,32 @@ def test_over_http_a_pipeline_admin_cannot_mint_a_tenant_wide_key(tenant, served
         assert http.delete("/pipelines/notes").status_code == 403
     assert tenant.pipeline("notes").name == "notes"
     assert tenant.authenticate(unrestricted["key"]).key_id == unrestricted["id"]
+
+
+def test_keys_list_shows_each_keys_classifications_and_expiry_never_its_secret(data_dir, tenant):
+    later = (datetime.now(timezone.utc) + timedelta(days=30)).replace(microsecond=0)
+    bounded = tenant.create_key(pipeline="notes", permissions="read",
+                                classification="internal,secret", expires=later.isoformat())
+    unbounded = tenant.create_key(pipeline="notes", permissions="read,execute")
+    lapsed = tenant.create_key(pipeline="notes", permissions="read", expires="2020-01-01")
+    tenant.revoke_key(unbounded["id"])
+    env = {"PGBRAID_DATA_DIR": str(data_dir), "PGBRAID_TENANT": tenant.tenant}
+    shown = CliRunner().invoke(app, ["keys", "list"], env=env)
+    assert shown.exit_code == 0, shown.output
+    lines = {line.split()[0]: line for line in shown.output.splitlines() if line.strip()}
+    assert "holds internal,secret" in lines[bounded["id"]]
+    assert f"expires {later.isoformat()}" in lines[bounded["id"]]
+    assert lines[bounded["id"]].endswith("active")
+    assert "holds any classification" in lines[unbounded["id"]]
+    assert "never expires" in lines[unbounded["id"]] and "revoked 20" in lines[unbounded["id"]]
+    assert "expires 2020-01-01T00:00:00+00:00" in lines[lapsed["id"]]
+    assert lines[lapsed["id"]].endswith("expired")
+    listed = CliRunner().invoke(app, ["keys", "list", "--json"], env=env)
+    body = {key["id"]: key for key in json.loads(listed.output)}
+    assert body[bounded["id"]]["classifications"] == ["internal", "secret"]
+    assert body[bounded["id"]]["expires_at"] == later.isoformat()
+    assert [body[k["id"]]["expired"] for k in (bounded, unbounded, lapsed)] == [False, False, True]
+    for key in (bounded, unbounded, lapsed):  # never the key, nor its digest
+        secret, digest = key["key"], hashlib.sha256(key["key"].encode()).hexdigest()
+        assert secret not in shown.output + listed.output
+        assert digest not in shown.output + listed.output and secret[12:] not in listed.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import bm25s
 import numpy as np
@@ -172,6 +173,42 @@ def test_pruning_on_synthetic_lists_with_ties_and_dead_fragments(seed, size):
         got = ranked[0]
         assert sorted(got) == sorted(order)  # every positive, live fragment, once
         assert all(np.diff(scores[got]) <= 1e-12)  # best first
+
+
+def test_a_terms_lists_in_several_segments_rank_as_one_merged_list():
+    """by_term merges a term's lists of several segments into one sorted list (cached
+    under those segments); ranking over it gives the same fragments and score bits."""
+    from pgbraid.strategies import bm25_postings, bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings, PostingsCache
+
+    lists, weights, dead = _synthetic(11, 30_000, terms=8)
+    parts = {}
+    for i, postings in enumerate(lists):  # each list split into three segments, interleaved
+        for segment in range(3):
+            held = postings.ordinals % 3 == segment
+            parts[(segment, f"t{i}")] = Postings(postings.ordinals[held], postings.tfs[held],
+                                                 postings.lengths[held])
+    cache = PostingsCache(1 << 30)
+    created = datetime.now(timezone.utc)
+    names = [f"t{i}" for i in range(len(lists))]
+    merged = bm25_postings.by_term(1, created, parts, names, cache)
+    assert all(len(merged[n]) == 1 for n in names)
+    for n, postings in zip(names, lists):
+        np.testing.assert_array_equal(merged[n][0].ordinals, postings.ordinals)
+        np.testing.assert_array_equal(merged[n][0].tfs, postings.tfs)
+    again = bm25_postings.by_term(1, created, parts, names, cache)
+    assert all(again[n][0] is merged[n][0] for n in names)  # from the cache
+    impacts = (0.9, 0.4, 15.0)
+    ranked = []
+    for source in (merged, {n: [parts[(s, n)] for s in range(3)] for n in names}):
+        for pruning in ("none", "maxscore", "blockmax"):
+            terms = [bm25_topk.Term(n, w, source[n]) for n, w in zip(names, weights)]
+            ranking = bm25_topk.Ranking(terms, 30_000, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
+            top = ranking.top(10)
+            ranked.append((top.tolist(), ranking.scores[top].tolist(),
+                           ranking.matched(top.tolist())))
+    assert all(r == ranked[0] for r in ranked)
 
 
 def test_long_code_chunk_finds_the_page_where_fulltext_finds_nothing(client, godot):  # noqa: F811

@@ -220,3 +220,38 @@ def test_one_vertex_type_needs_no_type_lookup_and_stays_exact(client, pipeline):
                 Reference(edges).similar("n:s", {"to"})[:4]]
     assert [(e["key"], e["score"]) for e in details["entities"]] == expected
     assert details["entities"][0]["key"] == "c9" and details["hubs"]["certified_exact"]
+
+
+def jump_graph():
+    """A seed s -> h1 < h2 < h3 < h4 (hubs at max_fanout 10, by size). Three "triples"
+    point at h1, h2 and a private vertex each (jaccard 2/5); fillers point at one hub
+    each (1/4). After h1's list the k-th best (k = 3) is 2/5, and a candidate in none
+    of the lists read scores at most (4 - read) / 4: below 2/5 only once three are read."""
+    vertices = [("n", "s", "Seed", [])] + [("hub", f"h{i}", f"H{i}", []) for i in range(1, 5)]
+    edges = [("n", "s", "to", "hub", f"h{i}") for i in range(1, 5)]
+    for i in range(3):
+        vertices += [("n", f"t{i}", f"triple {i}", []), ("hub", f"p{i}", f"p{i}", [])]
+        edges += [("n", f"t{i}", "to", "hub", "h1"), ("n", f"t{i}", "to", "hub", "h2"),
+                  ("n", f"t{i}", "to", "hub", f"p{i}")]
+    for hub, fillers in (("h1", 9), ("h2", 11), ("h3", 16), ("h4", 18)):
+        for i in range(fillers):
+            vertices.append(("n", f"f{hub}{i:02d}", f"f{hub}{i}", []))
+            edges.append(("n", f"f{hub}{i:02d}", "to", "hub", hub))
+    return vertices, edges
+
+
+def test_after_the_first_round_it_reads_as_far_as_the_kth_best_needs_in_one_go(client, pipeline):
+    """The first round (h1) scores the triples, and keeps their exact scores although they
+    are below what could certify after h1: t = 2/5 says three lists are needed, read in
+    the second round. Before, a candidate scored below the round's bound was dropped
+    and scored again in each later round (h1, h1 + h2, then h1..h3: three rounds)."""
+    vertices, edges = jump_graph()
+    client.load_graph_records(pipeline, vertices, edges)
+    details = similar(client, pipeline, k=3, max_fanout=10)
+    expected = [(v.split(":", 1)[1], round(score, 6))
+                for v, score, _ in Reference(edges).similar("n:s", {"to"})[:3]]
+    assert [(e["key"], e["score"]) for e in details["entities"]] == expected
+    assert [e["key"] for e in details["entities"]] == ["t0", "t1", "t2"]
+    trace = details["hubs"]
+    assert trace["certified_exact"] is True and trace["kth_best"] == pytest.approx(0.4)
+    assert trace["hubs_read"] == ["hub:h1", "hub:h2", "hub:h3"] and trace["rounds"] == 2

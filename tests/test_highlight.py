@@ -99,3 +99,26 @@ def test_highlights_only_when_asked_and_only_where_words_match(client, notes):
     with pytest.raises(InvalidRequest, match="leg_params.bm25"):
         client.search(notes, "rotate", type="hybrid",
                       params={"leg_params": {"bm25": {"highlight": True}}})
+
+
+GENERICS = "A List<String> or Map<K, V> keyed by id; if a<b swap, call <init> on <b>builder</b> first."
+
+
+@pytest.mark.parametrize("type_", ["fulltext", "bm25"])
+def test_angle_brackets_of_code_are_kept_and_escaped(client, type_):
+    """The text-search parser reads ``<String>`` as an XML tag, and ts_headline used to
+    drop it: a passage keeps the fragment's own text, escaped like the rest."""
+    name = f"hl-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none")
+    client.ingest(name, [{"id": "generic", "text": GENERICS}])
+    (hit,) = client.search(name, "keyed swap builder", type=type_,
+                           params={"highlight": True}).hits
+    joined = " ".join(hit.highlights)
+    assert "List&lt;String&gt;" in joined and "Map&lt;K, V&gt;" in joined
+    assert "a&lt;b" in joined and "&lt;init&gt;" in joined
+    text = " ".join(plain(p) for p in hit.highlights)
+    for code in ("List<String>", "Map<K, V>", "a<b", "<init>", "<b>builder</b>"):
+        assert code in text, (code, hit.highlights)
+    assert marked(hit.highlights) == {"keyed", "swap", "builder"}
+    for passage in hit.highlights:
+        assert re.sub(r"</?mark>", "", passage).count("<") == 0

@@ -6,9 +6,8 @@ server, where the login migrates and so owns everything)."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from contextlib import contextmanager
-from typing import Iterator
 
 import psycopg
 import pytest
@@ -16,6 +15,8 @@ from psycopg import sql
 
 import pgbraid
 from pgbraid import audit
+
+from .external import owned_database
 
 NOT_TENANT_DATA = {"schema_migrations"}
 """Tables that hold no tenant's rows: the application role may not read them at all."""
@@ -98,32 +99,9 @@ def test_pgbraid_app_sees_no_row_of_any_table_without_a_tenant(client, server, s
             "audit_log", "edges", "vertices", "classifications"} <= populated
 
 
-@contextmanager
-def _owned_database(server, superuser) -> Iterator[str]:
-    """A database of its own, owned (and migrated) by a login that is no superuser."""
-    login, database = f"owner_{uuid.uuid4().hex[:8]}", f"owned_{uuid.uuid4().hex[:8]}"
-    superuser.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE").format(
-        sql.Identifier(login)))
-    superuser.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-        sql.Identifier(database), sql.Identifier(login)))
-    # Migration 013's key lookup sets this placeholder in its SET clause, which a login
-    # that is no superuser may do only when granted (PostgreSQL 15+).
-    superuser.execute(sql.SQL("GRANT SET ON PARAMETER pgbraid.key_lookup TO {}").format(
-        sql.Identifier(login)))
-    info = psycopg.conninfo.conninfo_to_dict(server.status().dsn)
-    dsn = psycopg.conninfo.make_conninfo(**{**info, "user": login, "dbname": database})
-    try:
-        yield dsn
-    finally:
-        superuser.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
-        superuser.execute(sql.SQL("REVOKE SET ON PARAMETER pgbraid.key_lookup FROM {}").format(
-            sql.Identifier(login)))
-        superuser.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
-
-
 def test_the_owner_of_the_tables_sees_no_row_without_a_tenant_and_cannot_rewrite_the_log(
         server, superuser):
-    with _owned_database(server, superuser) as dsn:
+    with owned_database(server, superuser) as dsn:
         with pgbraid.connect(dsn=dsn, tenant="owner-probe") as client:
             _stock(client)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -146,3 +124,35 @@ def test_the_owner_of_the_tables_sees_no_row_without_a_tenant_and_cannot_rewrite
                 with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
                     conn.execute(statement)
             assert _counts(conn, ["audit_log"])["audit_log"] >= 1
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def test_the_owner_reads_no_key_row_it_does_not_hold_the_token_of(server, superuser):
+    """On an external server the request sessions are the owner's: whatever setting
+    such a session turns on, it lists no key row of any tenant; only the digest lookup
+    (which needs the token) answers, with that one key's row and nothing left set."""
+    with owned_database(server, superuser) as dsn:
+        keys = {}
+        for tenant in ("keys-a", "keys-b"):
+            with pgbraid.connect(dsn=dsn, tenant=tenant) as client:
+                client.create_pipeline("notes", embedder="none")
+                keys[tenant] = client.create_key(pipeline="notes", permissions="read")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for setting in ("pgbraid.key_lookup", "pgbraid.key_digest"):
+                conn.execute("SELECT set_config(%s, 'on', false)", (setting,))
+            for value in (None, "", "keys-a"):
+                if value is not None:
+                    conn.execute("SELECT set_config('pgbraid.tenant', %s, false)", (value,))
+                seen = {row[0] for row in conn.execute("SELECT tenant_id FROM pgbraid.api_keys")}
+                assert seen == ({"keys-a"} if value == "keys-a" else set()), value
+            conn.execute("SELECT set_config('pgbraid.tenant', '', false)")
+            with conn.transaction():
+                found = conn.execute("SELECT id, tenant_id FROM pgbraid.api_key_by_digest(%s)",
+                                     (_digest(keys["keys-b"]["key"]),)).fetchall()
+                assert found == [(keys["keys-b"]["id"], "keys-b")]
+                assert conn.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == 0
+        with pgbraid.connect(dsn=dsn, tenant="keys-a") as client:
+            assert client.authenticate(keys["keys-b"]["key"]).tenant == "keys-b"

@@ -125,3 +125,23 @@ def test_a_failing_first_statement_fails_the_search_cleanly(client, pipeline):
     assert _ids(client.search(pipeline, "gallowglass", type="bm25")) == ["d1"]
     with client.session() as conn:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+
+
+def test_a_known_bm25_search_is_two_round_trips(client, monkeypatch):
+    """BEGIN, the tenant's settings, the resolving statement and the terms go in one
+    round trip (the settings once opened a pipeline of their own inside it, which
+    psycopg syncs on entering and on leaving: two more), the scope check with COMMIT
+    in the second. Counted as the Sync messages psycopg sends."""
+    from psycopg import _pipeline_base
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    client.create_pipeline(name, embedder="none")
+    client.ingest(name, [_words(i, "ombrellino") for i in range(3)])
+    client.search(name, "ombrellino", type="bm25")  # the request is now known
+    syncs = []
+    sync = _pipeline_base.BasePipeline._enqueue_sync
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_enqueue_sync",
+                        lambda self: (syncs.append(1), sync(self))[1])
+    response = client.search(name, "ombrellino", type="bm25")
+    assert sorted(_ids(response)) == ["d0", "d1", "d2"]
+    assert len(syncs) == 2

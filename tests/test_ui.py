@@ -187,7 +187,7 @@ def test_markup_in_a_document_renders_as_text(page, key, marked_up):
     from playwright.sync_api import expect
 
     sign_in(page, key, marked_up)
-    page.uncheck("#highlight")  # the fragment's text as it is (ts_headline drops tags)
+    page.uncheck("#highlight")  # the fragment's text as it is, not passages of it
     search(page, "rotate signing keys", "fulltext")
     hit = page.locator("#results .hit").first
     expect(hit.locator("button.title")).to_have_text(SCRIPT_TITLE)

@@ -42,6 +42,53 @@ def test_embedder_loads_offline_and_matches_the_float_reference(monkeypatch):
         assert abs(np.linalg.norm(vector) - 1.0) < 1e-5
 
 
+def test_batches_of_long_texts_stay_within_the_attention_budget():
+    lengths = [256] * 20 + [128] * 40 + [12] * 70 + [1, 64]
+    found = minilm.batches(lengths, 32)
+    assert sorted(i for batch in found for i in batch) == list(range(len(lengths)))
+    for batch in found:
+        width = max(lengths[i] for i in batch)
+        assert len(batch) <= 32 and len(batch) * width * width <= minilm.ATTENTION_BUDGET \
+            or len(batch) == 1
+        assert all(lengths[i] <= width for i in batch)
+    sizes: dict[int, int] = {}
+    for batch in found:
+        width = max(lengths[i] for i in batch)
+        sizes[width] = max(sizes.get(width, 0), len(batch))
+    assert sizes[12] == 32 and sizes[128] == 32 and sizes[256] == 8
+
+
+class _Shapes:
+    """A session that records each batch's (texts, width) and runs the real one."""
+
+    def __init__(self, session):
+        self.session, self.seen = session, []
+
+    def run(self, names, feeds):
+        self.seen.append(feeds["input_ids"].shape)
+        return self.session.run(names, feeds)
+
+
+def test_long_texts_go_fewer_to_a_batch_with_the_same_vectors(model):
+    """32 texts of 256 word pieces in one batch peaked at 1.5 GB resident (KEV's longest
+    fragments); the budget sends at most 8 of them at once, short texts still 32."""
+    long = [f"Vulnerability {i}: " + "a remote attacker can execute arbitrary code " * 40
+            for i in range(12)]
+    short = [f"note {i} on pumps" for i in range(40)]
+    spy = _Shapes(model._session)
+    model._session, real = spy, model._session
+    try:
+        vectors = model.embed_documents(long + short)
+    finally:
+        model._session = real
+    assert max(w for _, w in spy.seen) == minilm.MAX_TOKENS
+    assert all(n * w * w <= minilm.ATTENTION_BUDGET for n, w in spy.seen)
+    assert max(n for n, _ in spy.seen) == 32
+    alone = np.stack([model.embed_documents([t])[0] for t in long[:3] + short[:3]])
+    together = np.concatenate([vectors[:3], vectors[12:15]])
+    assert np.all(np.sum(alone * together, axis=1) > 0.9999)
+
+
 def test_paraphrases_are_closer_than_unrelated_sentences(model):
     query = model.embed_query("How do I rotate the database credentials?")
     paraphrase, unrelated = model.embed_documents(

@@ -8,9 +8,9 @@ not passwords: a token is as random as a digest is long, so a fast hash
 loses nothing and a slow one would only slow every request.
 
 A request's key is looked up by its digest through
-``pgbraid.api_key_by_digest`` (migration 013), the only statement that runs
-before the tenant is known; the digests are then compared again in constant
-time. Everything else (create, list, revoke) runs in the tenant's session
+``pgbraid.api_key_by_digest`` (migrations 013, 044), the only statement that runs
+before the tenant is known: it reads the one row of that digest, and no policy
+opens any other; the digests are then compared again in constant time. Everything else (create, list, revoke) runs in the tenant's session
 under row-level security.
 """
 
@@ -36,7 +36,8 @@ SHOWN_CHARS = 12
 """How much of a token ``keys list`` shows: ``pgb_`` and 8 characters (48 random bits)."""
 
 _COLUMNS = ("SELECT id, prefix, pipeline, permissions, classifications, tenant_admin AS admin,"
-            " created_at, expires_at, revoked_at FROM pgbraid.api_keys")
+            " created_at, expires_at, expires_at IS NOT NULL AND expires_at <= now() AS expired,"
+            " revoked_at FROM pgbraid.api_keys")
 
 
 def digest(token: str) -> bytes:

@@ -68,6 +68,12 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
         self._db.ready()
         return {"status": "ready"}
 
+    def migrate(self) -> dict[str, list[str]]:
+        """Apply pending migrations (done on first use anyway); what was applied now, and
+        the statements only a superuser can run here (none on the embedded server)."""
+        self._db.open()
+        return {"applied": self._db.migrated, "needs_superuser": self._db.superuser_steps}
+
     @property
     def tenant(self) -> str:
         return self.principal.tenant

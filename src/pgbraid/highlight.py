@@ -1,7 +1,7 @@
 """Highlights: short passages of a hit's own fragment with the matched words marked.
 
 A passage is HTML-escaped text (``&``, ``<`` and ``>`` of the fragment become
-entities) in which each matched word is wrapped in ``<mark>...</mark>``. So a
+entities, and nothing of it is dropped: ``List<String>`` stays) in which each matched word is wrapped in ``<mark>...</mark>``. So a
 consumer may put passages into HTML as they are, and the fragment's own markup
 cannot inject anything; for plain text, drop the two tags and unescape. Nothing
 else in a passage looks like a tag. ``**term**`` was the alternative: Markdown
@@ -37,13 +37,16 @@ from .scope import Scope
 from .strategies.base import Row
 
 # Private-use characters as ts_headline's marks, removed from the text first, so a
-# fragment cannot forge one; they become <mark> tags after escaping.
-START, STOP, BETWEEN = "\ue000", "\ue001", "\ue002"
+# fragment cannot forge one; they become <mark> tags after escaping. LESS stands in
+# for "<" while ts_headline parses: its parser reads "<String>" (Java's List<String>,
+# <init>, <b>) as an XML tag and leaves tags out of the passage; given LESS, it
+# reads the words inside as words, and the passage gets "<" back, then escaped.
+START, STOP, BETWEEN, LESS = "\ue000", "\ue001", "\ue002", "\ue003"
 OPTIONS = (f'StartSel="{START}", StopSel="{STOP}", FragmentDelimiter="{BETWEEN}", '
            "MaxFragments=3, MaxWords=24, MinWords=8")
 
 _HEADLINES = """
-SELECT w.id, ts_headline(f.ts_config, translate(coalesce(w.body, f.body), %(private)s, ''),
+SELECT w.id, ts_headline(f.ts_config, translate(coalesce(w.body, f.body), %(private)s, %(less)s),
                          w.query::tsquery, %(options)s)
 FROM unnest(%(ids)s::bigint[], %(queries)s::text[], %(texts)s::text[]) AS w(id, query, body)
      JOIN pgbraid.fragments f ON f.id = w.id
@@ -102,7 +105,8 @@ def passages(conn: psycopg.Connection, scope: Scope, wanted: dict[int, str],
     bodies = [(texts or {}).get(fragment) for fragment in wanted]
     rows = conn.execute(statement, {**params, "ids": list(wanted), "queries": list(wanted.values()),
                                     "texts": bodies,
-                                    "private": START + STOP + BETWEEN,
+                                    "private": "<" + LESS + START + STOP + BETWEEN,
+                                    "less": LESS,
                                     "options": OPTIONS}).fetchall()
     return {fragment: tuple(_marked(text)) for fragment, text in rows}
 
@@ -112,6 +116,6 @@ def _marked(headline: str) -> list[str]:
     kept = []
     for passage in headline.split(BETWEEN):
         if START in passage:
-            text = html.escape(passage.strip(), quote=False)
+            text = html.escape(passage.strip().replace(LESS, "<"), quote=False)
             kept.append(text.replace(START, "<mark>").replace(STOP, "</mark>"))
     return kept

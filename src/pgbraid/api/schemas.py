@@ -324,6 +324,7 @@ class KeyInfo(Out):
     admin: bool
     created_at: str
     expires_at: str | None
+    expired: bool
     revoked_at: str | None
 
 

@@ -1,5 +1,6 @@
 """``pgbraid extension build|list``: PostgreSQL extensions the embedded wheel lacks
-(Apache AGE, pg_textsearch, Citus), built from source into the data dir."""
+(Apache AGE, pg_textsearch, Citus), built from source into the data dir; ``pgbraid
+cluster``, a local Citus cluster; ``pgbraid migrate``, and what only a superuser can do."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import psycopg
 import typer
 from rich.table import Table
 
-from ..client import load_settings
+from ..client import connect, load_settings
 from ..db import extensions
 from ..db.server import EmbeddedServer
 from ..errors import BackendUnavailable, InvalidRequest
@@ -121,3 +122,23 @@ def cluster_status(as_json: bool = JsonOpt) -> None:
             "coordinator": (body["coordinator"] or {}).get("dsn"),
             "active_workers": body["active_workers"],
             **{w["name"]: w["dsn"] for w in body["workers"]}})
+
+
+@app.command("migrate")
+def migrate_command(as_json: bool = JsonOpt) -> None:
+    """Apply pending migrations (PGBRAID_DSN or the embedded server), and print what only a
+    superuser can still do there, as statements for a DBA."""
+    with handled(as_json), connect() as client:
+        body = client.migrate()
+        if as_json:
+            emit(body)
+            return
+        console.print(f"migrations applied: {', '.join(body['applied']) or 'none pending'}",
+                      markup=False, soft_wrap=True)
+        if body["needs_superuser"]:
+            console.print("the login is no superuser: search is correct but slower (and "
+                          "without vectors if pgvector is missing: create it before the "
+                          "database's first migration, which makes the vector tables) until "
+                          "a superuser runs, in this database:", markup=False, soft_wrap=True)
+            for statement in body["needs_superuser"]:
+                console.print(statement, markup=False, soft_wrap=True)

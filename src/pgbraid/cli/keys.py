@@ -54,11 +54,19 @@ def keys_list(as_json: bool = JsonOpt) -> None:
             emit(items)
             return
         for key in items:
-            state = ("revoked" if key["revoked_at"] else
-                     f"expires {key['expires_at']}" if key["expires_at"] else "active")
-            grants = f"{key['pipeline']}: {','.join(key['permissions'])}"
-            console.print(f"{key['id']}  {key['prefix']}…  {grants}"
-                          f"{'  admin' if key['admin'] else ''}  {state}", markup=False)
+            console.print(_key_line(key), markup=False, soft_wrap=True)
+
+
+def _key_line(key: dict) -> str:
+    """One key: id, prefix, grants, classifications, expiry and state (never its secret)."""
+    held = key["classifications"]
+    state = (f"revoked {key['revoked_at']}" if key["revoked_at"] else
+             "expired" if key["expired"] else "active")
+    return "  ".join([
+        key["id"], f"{key['prefix']}…", f"{key['pipeline']}: {','.join(key['permissions'])}",
+        *(["admin"] if key["admin"] else []),
+        f"holds {','.join(held)}" if held is not None else "holds any classification",
+        f"expires {key['expires_at']}" if key["expires_at"] else "never expires", state])
 
 
 @keys_app.command("revoke")

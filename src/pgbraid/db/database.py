@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
-from .migrations import migrate
+from .migrations import migrate, superuser_steps
 
 logger = logging.getLogger("pgbraid.db")
 logger.addHandler(logging.NullHandler())
@@ -46,6 +46,10 @@ class Database:
         self._opening = threading.Lock()
         self._drop_role = False
         self.extensions: frozenset[str] = frozenset()
+        self.migrated: list[str] = []
+        """The migrations this process applied when it opened the pool."""
+        self.superuser_steps: list[str] = []
+        """What a superuser still has to run here (migrations.needs_superuser), as text."""
 
     def open(self) -> None:
         """Open the pool and migrate, once: concurrent first requests wait for one opener."""
@@ -96,7 +100,8 @@ class Database:
                 "the server is a Citus coordinator without active workers: add "
                 "them (citus_add_node, or pgbraid cluster start --workers 2)")
         if not self.standby:
-            migrate(conn)
+            self.migrated = migrate(conn)
+            self.superuser_steps = superuser_steps(conn)
         _register_vector(conn)  # the extension may have been created just now
         row = conn.execute(
             "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
@@ -295,6 +300,14 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
     its default thresholds."""
     # One statement each (a multi-statement string cannot be prepared, and a snapshot
     # sends these in pipeline mode, which prepares), in one round trip all the same.
+    # Inside a pipeline already (a snapshot's opening), they are queued in it: psycopg
+    # syncs on entering a nested pipeline with commands queued and again on leaving it,
+    # two round trips more. An error still stops every statement queued after them
+    # (PostgreSQL skips a pipeline's statements after an error until its sync).
+    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        for statement in statements:
+            conn.execute(statement)
+        return
     with conn.pipeline():
         for statement in set_local_statements(settings, role):
             conn.execute(statement)

@@ -2,7 +2,8 @@
 
 Mean pooling over the attention mask and L2 normalisation, as
 sentence-transformers does; inputs are truncated at 256 word pieces (the
-model's max_seq_length). Batches are sorted by length so padding stays small.
+model's max_seq_length). Batches are sorted by length so padding stays small,
+and long texts go fewer to a batch (``ATTENTION_BUDGET``).
 The model file's sha256 is checked before it is loaded.
 
 Queries have their own ONNX session (one intra-op thread, made on first use,
@@ -25,6 +26,24 @@ from ..errors import BackendUnavailable
 
 SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 MAX_TOKENS = 256
+ATTENTION_BUDGET = 8 * MAX_TOKENS * MAX_TOKENS
+"""Texts x width^2 of one batch, what its attention tensors grow with: 32 texts of 256
+word pieces peaked at 1.5 GB resident (CISA KEV's longest fragments; 8 of them: 570 MB),
+so a batch of long texts is cut to 8 while 32 short ones (128 pieces or fewer) still go
+together. The vectors are the same: each text is embedded alone within its batch."""
+
+
+def batches(lengths: list[int], most: int, budget: int = ATTENTION_BUDGET) -> list[list[int]]:
+    """Indexes of ``lengths`` in batches by length (short first, so padding stays small),
+    each of at most ``most`` texts and ``budget`` texts x width^2."""
+    found: list[list[int]] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        width = max(lengths[index], 1)  # sorted: the newest text is the widest
+        if found and len(found[-1]) < most and (len(found[-1]) + 1) * width * width <= budget:
+            found[-1].append(index)
+        else:
+            found.append([index])
+    return found
 
 
 def _model_path() -> Path:
@@ -75,11 +94,10 @@ class MiniLM:
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        encodings = self._tokenizer.encode_batch(texts)
+        for chunk in batches([len(e.ids) for e in encodings], self.batch_size):
             with self._lock:
-                out[chunk] = self._embed([texts[i] for i in chunk], self._session)
+                out[chunk] = self._run([encodings[i] for i in chunk], self._session)
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -90,10 +108,12 @@ class MiniLM:
         return self._embed([text], self._query_session)[0]
 
     def _embed(self, texts: list[str], session: Any) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
+        return self._run(self._tokenizer.encode_batch(texts), session)
+
+    def _run(self, encodings: list[Any], session: Any) -> np.ndarray:
         width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
         for row, encoding in enumerate(encodings):
             ids[row, :len(encoding.ids)] = encoding.ids
             mask[row, :len(encoding.ids)] = 1

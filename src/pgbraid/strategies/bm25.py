@@ -22,9 +22,11 @@ Query path:
    misses in binary in one statement (bm25_postings);
 3. rank with numpy (bm25_topk): exact top-k, OR semantics, by block-max over
    windows of ordinals (bm25_blockmax: only windows whose bound reaches the
-   k-th best score are scored) once a query holds 750k postings, scoring
-   every posting below; ``params.pruning`` "blockmax", "maxscore" or "none"
-   forces one (all give the same top k and the same scores);
+   k-th best score are scored) once a query holds 750k postings, or 250k
+   with 20 terms or more, scoring every posting below (a term's lists in
+   several segments merged into one first: bm25_postings.by_term);
+   ``params.pruning`` "blockmax", "maxscore" or "none" forces one (all give
+   the same top k and the same scores);
 4. verify the best candidates against the scope (classifications, filters,
    current version, quarantine) in SQL, widening until k hits are in scope.
 
@@ -162,9 +164,8 @@ def _rank(conn: psycopg.Connection, pipeline: Pipeline, rows: list[tuple], qtfs:
         conn, pipeline.id, pipeline.created_at,
         [((segment, term), arrays) for term, _, segment, *arrays in rows if segment is not None],
         context.postings)
-    by_term: dict[str, list[Postings]] = {t: [] for t in qtfs}
-    for (_, term), postings in lists.items():
-        by_term[term].append(postings)
+    by_term = bm25_postings.by_term(pipeline.id, pipeline.created_at, lists, list(qtfs),
+                                    context.postings)
     dead_ordinals = np.asarray(dead, dtype=np.int64)
     frequencies = _frequencies(by_term, dead_ordinals, size)
     terms = {t: (q, frequencies[t]) for t, q in qtfs.items()}
@@ -215,7 +216,7 @@ class BM25(Strategy):
                     choices=ENGINES),
               Param("pruning", "choice", "auto", "block-max over ordinal windows, MaxScore, or "
                     "score every posting (all give the same top k; auto: block-max from 750k "
-                    "postings)", choices=PRUNING))
+                    "postings, or 250k with 20 terms or more)", choices=PRUNING))
 
     def validate(self, request: SearchRequest, context: Context) -> None:
         engine = self.param(request, "engine")
@@ -324,7 +325,7 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
                 rows = cur.execute(statement, values).fetchall()
         for row in rows:
             ordinal = row.pop("ordinal")
-            found.append((Row(**row, score=float(ranking.scores[ordinal])), ordinal))
+            found.append((Row(**row, score=ranking.score(ordinal)), ordinal))
         checked += len(batch)
         if len(found) >= k:
             break

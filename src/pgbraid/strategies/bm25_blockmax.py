@@ -52,6 +52,15 @@ GROWTH = 4
 # SciFact queries (3-25 terms) scored in full were faster up to their largest, 641k
 # postings; 30-token code chunks gained from block-max from ~500k, by 1.7x from 750k.
 FROM_POSTINGS = 750_000
+# With a term's lists in several segments merged into one (bm25_postings.by_term), block-max
+# also won for queries of 20 terms or more from 250k postings, and lost below 20 terms at
+# every size up to 750k (the million bench's queries, paired, 2026-12-01).
+MANY_TERMS, FROM_POSTINGS_MANY = 20, 250_000
+
+
+def pays(postings: int, terms: int) -> bool:
+    """Whether ``auto`` ranks a query by block-max (else by scoring every posting)."""
+    return postings >= FROM_POSTINGS or (terms >= MANY_TERMS and postings >= FROM_POSTINGS_MANY)
 _SPARSE = 8  # gather a list's chosen windows by binary search when it has this many more
 
 

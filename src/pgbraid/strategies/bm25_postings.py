@@ -26,7 +26,8 @@ import psycopg
 
 from . import bm25_blockmax
 
-Key = tuple[int, datetime, int, str]  # pipeline id, pipeline created_at, segment, term
+# pipeline id, pipeline created_at, segment (or the segments of a merged list), term
+Key = tuple[int, datetime, int | tuple[int, ...], str]
 
 _ARRAYS = """
 SELECT p.segment, p.term, p.ordinals, p.tfs, p.lengths
@@ -46,11 +47,24 @@ class Postings:
     _impacts: tuple[Hashable, np.ndarray, float] | None = field(default=None, repr=False)
     _windows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _peaks: tuple[Hashable, np.ndarray] | None = field(default=None, repr=False)
+    _leaders: tuple[Hashable, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def from_bytes(cls, ordinals: bytes, tfs: bytes, lengths: bytes) -> "Postings":
         """The stored arrays, sorted by ordinal (earlier merges wrote some unsorted)."""
         o, t, n = np.frombuffer(ordinals, "<i4"), np.frombuffer(tfs, "<u2"), np.frombuffer(lengths, "<u2")
+        if len(o) > 1 and not (o[1:] > o[:-1]).all():
+            order = np.argsort(o, kind="stable")
+            o, t, n = o[order], t[order], n[order]
+        return cls(o, t, n)
+
+    @classmethod
+    def merged(cls, parts: list["Postings"]) -> "Postings":
+        """One list of the parts' postings (one term's lists in several segments), sorted
+        by ordinal (equal ordinals in the parts' order)."""
+        o = np.concatenate([p.ordinals for p in parts])
+        t = np.concatenate([p.tfs for p in parts])
+        n = np.concatenate([p.lengths for p in parts])
         if len(o) > 1 and not (o[1:] > o[:-1]).all():
             order = np.argsort(o, kind="stable")
             o, t, n = o[order], t[order], n[order]
@@ -91,6 +105,18 @@ class Postings:
                      else np.zeros(0, dtype=np.float32))
             self._peaks = peaks
         return present, starts, peaks[1]
+
+    def leaders(self, k1: float, b: float, avgdl: float, count: int) -> np.ndarray:
+        """Where the list's ``count`` highest impacts are (in no order); memoised."""
+        key = (k1, b, avgdl, count)
+        leaders = self._leaders
+        if leaders is None or leaders[0] != key:
+            impacts = self.impacts(k1, b, avgdl)
+            at = (np.arange(len(impacts)) if len(impacts) <= count
+                  else np.argpartition(impacts, len(impacts) - count)[-count:])
+            leaders = (key, at)
+            self._leaders = leaders
+        return leaders[1]
 
     def _memo(self, k1: float, b: float, avgdl: float) -> tuple[Hashable, np.ndarray, float]:
         key = (k1, b, avgdl)
@@ -179,3 +205,27 @@ def load(conn: psycopg.Connection, pipeline_id: int, created_at: datetime,
                 if cache is not None:
                     cache.put((pipeline_id, created_at, segment, term), postings)
     return found, fetched
+
+
+def by_term(pipeline_id: int, created_at: datetime, lists: dict[tuple[int, str], Postings],
+            terms: list[str], cache: PostingsCache | None) -> dict[str, list[Postings]]:
+    """Each term's postings as one list: its lists in several segments merged (cached
+    under those segments: a segment never changes, so neither does the merge), which
+    every ranking then handles in one numpy call instead of one per segment."""
+    segments: dict[str, list[int]] = {t: [] for t in terms}
+    for segment, term in sorted(lists):
+        segments[term].append(segment)
+    out: dict[str, list[Postings]] = {}
+    for term, held in segments.items():
+        parts = [lists[(s, term)] for s in held]
+        if len(parts) < 2:
+            out[term] = parts
+            continue
+        key = (pipeline_id, created_at, tuple(held), term)
+        merged = cache.get(key) if cache is not None else None
+        if merged is None:
+            merged = Postings.merged(parts)
+            if cache is not None:
+                cache.put(key, merged)
+        out[term] = [merged]
+    return out

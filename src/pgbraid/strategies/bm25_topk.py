@@ -1,40 +1,22 @@
 """Exact BM25 top-k over in-memory posting lists: every posting, MaxScore, or block-max.
 
-Block-max (bm25_blockmax) is the one that scales: see there. The default,
-``auto``, uses it from bm25_blockmax.FROM_POSTINGS postings on and scores
-every posting below (all paths give the same fragments and score bits).
+The default, ``auto``, scores every posting with one ``np.bincount`` (~5-10 ns
+a posting, plus a pass over the dense score array), and switches to block-max
+(bm25_blockmax: windows of ordinals bounded and skipped wholesale) where that
+was measured to pay: from bm25_blockmax.FROM_POSTINGS postings, or for many
+terms from fewer (``bm25_blockmax.pays``). ``params.pruning: "maxscore"``
+forces MaxScore (bm25_maxscore: essential lists chosen by a threshold taken
+from exact scores of a sample, the common terms' lists only looked up for the
+candidates): on the million bench's queries it skipped all but ~10 % of a
+SciFact query's postings yet was no faster than one bincount over all of
+them below ~250k postings, and slower than block-max for the 30-token code
+chunks (docs/benchmarks.md), so no default picks it.
 
-By default a query scores every posting with one ``np.bincount``, at ~5-10 ns
-a posting. On the 100k bench corpus's own lists tiled 1-40x (60k to 2.3M
-postings per query), MaxScore below added 10-40 % of the postings in full yet
-took 1.1-2.1x the time up to ~600k postings, and 0.8-1.3x at 2.3M: both are
-bound by passes over the dense score array (``./run bench lexical``,
-docs/benchmarks.md). It is available as ``params.pruning: "maxscore"`` (exact,
-like the default), and the bench keeps measuring both.
-
-MaxScore (Turtle & Flood, 1995; as in Lucene's ``MaxScoreBulkScorer``), a
-whole posting list at a time:
-
-1. Each query term has an upper bound, ``qtf * idf * max impact`` over its
-   lists. Terms are taken in decreasing order of that bound (rare terms first:
-   high idf, short lists).
-2. Phase 1 adds whole lists to a dense accumulator. Now and then (when the
-   postings added have doubled) theta = the ``width``-th best partial score
-   seen so far: a lower bound of the ``width``-th best final score, since
-   scores only grow. Once the bounds of the terms left sum to less than
-   theta, a fragment none of the added lists holds cannot reach the top
-   ``width``: phase 1 stops.
-3. Phase 2 takes the candidates (partial score + bounds left >= theta) and
-   looks each remaining list up for those ordinals only (binary search in the
-   list, which is sorted by ordinal), dropping candidates that can no longer
-   reach theta before each term.
-
-The candidates' scores are then complete, so the top ``width`` among them is the
-exact top ``width`` (ties included: a fragment scoring theta or more is always
-a candidate). Every fragment is summed in the same term order on every path,
-so a score does not depend on which path computed it. When the scope rejects
-so many of the best that more are needed, ``Ranking`` scores every posting
-(``exhaustive``) and continues from there.
+Every path gives the same fragments with the same score bits: each fragment's
+score is the float32 ``weight * impact`` of its postings added in float64 in
+the same term order. When the scope rejects so many of the best that more
+are needed, ``Ranking`` scores every posting (``exhaustive``) and continues
+from there.
 """
 
 from __future__ import annotations
@@ -44,11 +26,10 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bm25_blockmax
+from . import bm25_blockmax, bm25_maxscore
 from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
-_DENSE = 8  # look a list up by binary search only when it is this much longer than the candidates
 
 @dataclass
 class Term:
@@ -97,16 +78,42 @@ class Ranking:
         self.size = max(size, 1)
         self.dead = dead
         self.stats = Pruning(postings=sum(len(p) for t in terms for p in t.lists))
-        self.scores = np.zeros(0)
-        self._postings: tuple[np.ndarray, np.ndarray, list[str]] | None = None
+        self._scores = np.zeros(0)
+        self._sparse: tuple[np.ndarray, np.ndarray] | None = None
+        self._ordinals: np.ndarray | None = None
+        """Every posting's ordinal, in term order, once every posting is scored."""
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The score of every ordinal scored (0.0 elsewhere, -inf when dead)."""
+        if self._sparse is not None:  # a sparse ranking's candidates, made dense when asked
+            ordinals, values = self._sparse
+            self._sparse, self._scores = None, self._fresh()
+            self._scores[ordinals] = values
+        return self._scores
+
+    @scores.setter
+    def scores(self, scores: np.ndarray) -> None:
+        self._sparse, self._scores = None, scores
+
+    def score(self, ordinal: int) -> float:
+        """One ordinal's score (sparse rankings need no dense array for it)."""
+        if self._sparse is not None:
+            ordinals, values = self._sparse
+            at = int(np.searchsorted(ordinals, ordinal))
+            return float(values[at]) if at < len(ordinals) and ordinals[at] == ordinal else 0.0
+        return float(self._scores[ordinal])
 
     @property
     def blockmax(self) -> bool:
-        return self.pruning == "blockmax" or (
-            self.pruning == "auto" and self.stats.postings >= bm25_blockmax.FROM_POSTINGS)
+        return self.pruning == "blockmax" or (self.pruning == "auto" and bm25_blockmax.pays(
+            self.stats.postings, len(self.terms)))
 
-    def _weights(self, term: Term, postings: Postings) -> np.ndarray:
-        return term.weight * postings.impacts(*self.impacts)
+    def _weights(self, term: Term, postings: Postings, at: np.ndarray | None = None) -> np.ndarray:
+        """weight * impact of the list's postings (those ``at`` only, when given): float32,
+        the same bits on every path."""
+        impacts = postings.impacts(*self.impacts)
+        return term.weight * (impacts if at is None else impacts[at])
 
     def _fresh(self) -> np.ndarray:
         scores = np.zeros(self.size, dtype=np.float64)
@@ -118,48 +125,9 @@ class Ranking:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
         if self.blockmax:
             return bm25_blockmax.top(self, width)
-        if self.pruning != "maxscore":
-            return _best(self.exhaustive(), self._contenders(width), width)
-        self.scores = scores = self._fresh()
-        theta, best, pool, due = 0.0, np.zeros(0, dtype=np.int64), [], 4 * width
-        for done, term in enumerate(self.terms, start=1):
-            left = self._left[done]
-            for postings in term.lists:
-                scores[postings.ordinals] += self._weights(term, postings)
-                self.stats.scored += len(postings)
-                pool.append(postings.ordinals)
-            if self.stats.scored < due:
-                continue
-            # Checking costs as much as the lists added since the last check: check
-            # when the postings added have doubled.
-            theta, best = _threshold(scores, best, pool, width, theta)
-            pool, due = [], 2 * self.stats.scored
-            if theta > 0 and left < theta:
-                return self._finish(done, theta, width)
-        self.stats.exhaustive = True
-        return _best(scores, np.flatnonzero(scores > 0), width)
-
-    def _finish(self, done: int, theta: float, width: int) -> np.ndarray:
-        """Phase 2: complete the candidates' scores with the remaining (long) lists."""
-        scores = self.scores
-        candidates = np.flatnonzero(scores >= theta - self._left[done])
-        self.stats.candidates = len(candidates)
-        for i in range(done, len(self.terms)):
-            term = self.terms[i]
-            if len(candidates) > width:  # the candidates' partial scores raise theta
-                theta = max(theta, float(np.partition(scores[candidates], -width)[-width]))
-                candidates = candidates[scores[candidates] >= theta - self._left[i]]
-            for postings in term.lists:
-                if len(postings) <= _DENSE * len(candidates):
-                    scores[postings.ordinals] += self._weights(term, postings)
-                    self.stats.scored += len(postings)
-                    continue
-                at = np.searchsorted(postings.ordinals, candidates)
-                at[at == len(postings)] = 0
-                held = postings.ordinals[at] == candidates
-                impacts = postings.impacts(*self.impacts)
-                scores[candidates[held]] += term.weight * impacts[at[held]]
-        return _best(scores, candidates, width)
+        if self.pruning == "maxscore":
+            return bm25_maxscore.top(self, width)
+        return _best(self.exhaustive(), self._contenders(width), width)
 
     def exhaustive(self) -> np.ndarray:
         """Every posting scored (the same term order as ``top``, so the same sums)."""
@@ -172,8 +140,7 @@ class Ranking:
                 weights = np.concatenate([self._weights(t, p) for t, p in lists],
                                          dtype=np.float64)
                 self.scores = np.bincount(ordinals, weights=weights, minlength=self.size)
-                ends = np.cumsum([len(p) for _, p in lists])
-                self._postings = (ordinals, ends, [t.name for t, _ in lists])
+                self._ordinals = ordinals
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
@@ -191,8 +158,8 @@ class Ranking:
         partitioning: a few hundred ordinals instead of every one with a score.
         """
         scores = self.scores
-        if self._postings is not None:
-            everything = self._postings[0]
+        if self._ordinals is not None:
+            everything = self._ordinals
             pool = _distinct(everything[:sample])  # lists in bound order: rarest first
             if len(pool) >= width:
                 theta = np.partition(scores[pool], len(pool) - width)[len(pool) - width]
@@ -230,24 +197,9 @@ class Ranking:
             yield _ordered(scores, batch)
 
     def matched(self, ordinals: list[int]) -> list[list[str]]:
-        """For each ordinal, the query terms whose postings hold it."""
-        if self._postings is None:
-            return self._matched_by_search(ordinals)
-        # Every posting was scored: one pass over all of them finds the wanted
-        # ordinals, and the list boundaries say which term each came from.
-        everything, ends, names = self._postings
-        wanted = np.zeros(self.size, dtype=bool)
-        wanted[ordinals] = True
-        at = np.flatnonzero(wanted[everything])
-        index = {ordinal: i for i, ordinal in enumerate(ordinals)}
-        found: list[set[str]] = [set() for _ in ordinals]
-        for ordinal, owner in zip(everything[at].tolist(),
-                                  np.searchsorted(ends, at, side="right").tolist()):
-            found[index[ordinal]].add(names[owner])
-        return [sorted(terms) for terms in found]
-
-    def _matched_by_search(self, ordinals: list[int]) -> list[list[str]]:
-        """The same, by binary search in each (sorted) list."""
+        """For each ordinal, the query terms whose postings hold it (by binary search in
+        each sorted list: for 10 hits, 2.4x faster than a pass over every posting,
+        measured at 1M fragments)."""
         wanted = np.asarray(ordinals, dtype=np.int32)
         lists = [(term.name, p) for term in self.terms for p in term.lists if len(p)]
         held = np.zeros((len(lists), len(wanted)), dtype=bool)
@@ -255,22 +207,6 @@ class Ranking:
             at = np.minimum(np.searchsorted(postings.ordinals, wanted), len(postings) - 1)
             held[row] = postings.ordinals[at] == wanted
         return [sorted({lists[row][0] for row in np.flatnonzero(column)}) for column in held.T]
-
-
-def _threshold(scores: np.ndarray, best: np.ndarray, pool: list[np.ndarray], width: int,
-               theta: float) -> tuple[float, np.ndarray]:
-    """theta from the previous leaders and the ordinals scored since, and the new leaders.
-
-    Any set of distinct ordinals gives a lower bound of the width-th best score;
-    this one costs as much as the lists added since the last check, and keeps
-    the leaders, whose scores only grow.
-    """
-    pool = _distinct(np.concatenate([best, *pool]))
-    if len(pool) < width:
-        return theta, pool
-    best = pool[np.argpartition(scores[pool], len(pool) - width)[len(pool) - width:]]
-    value = float(scores[best].min())
-    return max(theta, value if value > 0 else 0.0), best
 
 
 def _distinct(ordinals: np.ndarray) -> np.ndarray:

@@ -27,19 +27,17 @@ GRANT SELECT, INSERT, UPDATE ON pgbraid.api_keys TO pgbraid_app;
 -- one digest only (the caller must hold the token), so pgbraid_app can look a
 -- key up without being able to list any tenant's keys. When the owner is a
 -- superuser (the embedded server) it reads past row-level security; when it is
--- not (an external server), FORCE would hide every row from it too, so the
--- owner alone gets a policy that opens the table while pgbraid.key_lookup is
--- on, which only this function's own SET clause turns on (the owner owns the
--- table and could lift its row-level security anyway).
-CREATE POLICY key_lookup ON pgbraid.api_keys FOR SELECT TO CURRENT_USER
-    USING (current_setting('pgbraid.key_lookup', true) = 'on');
-
+-- not (an external server), FORCE hides every row from it too: migration 044
+-- gives it a policy that shows the one row whose digest the lookup names, and
+-- replaces this function with one that names it. (This migration first had a
+-- policy opened by a placeholder setting in the function's SET clause, which
+-- PostgreSQL 15+ refuses to a login that is no superuser without GRANT SET ON
+-- PARAMETER, and which any session of the owner could turn on: 044 drops it.)
 CREATE FUNCTION pgbraid.api_key_by_digest(key_digest bytea)
 RETURNS TABLE (id text, tenant_id text, digest bytea, pipeline text, permissions text[],
                classifications text[], tenant_admin boolean, revoked boolean, expired boolean)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET pgbraid.key_lookup = 'on'
 AS $$
     SELECT k.id, k.tenant_id, k.digest, k.pipeline, k.permissions, k.classifications,
            k.tenant_admin, k.revoked_at IS NOT NULL, k.expires_at IS NOT NULL AND k.expires_at <= now()

@@ -28,8 +28,10 @@ to agtype (LOAD would need a superuser).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
+from itertools import accumulate
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -38,7 +40,7 @@ from psycopg import sql
 
 from ...errors import Conflict, NotEnabled
 from ... import pipelines
-from .hubs import passes
+from .hubs import Ask, Probed, passes
 from .walks import REVERSE, Lists, heaviest_first
 
 EXTENSION = "age"
@@ -317,24 +319,38 @@ class Age:
     def counts(self, ids, direction, types) -> dict[int, int]:
         return {v: len(n) for v, n in self.lists(ids, direction, types).items()}
 
-    def tally(self, hubs, direction, types, unread, need, afford, among=None, of_type=None):
+    def _kept(self, hubs, direction, types, unread, need, done) -> dict[int, tuple]:
         pointing = self.lists(hubs, REVERSE[direction], types)
-        shared = Counter(c for z in hubs for c in pointing.get(z, ()))
+        shared = Counter(c for z in hubs for c in pointing.get(z, ()) if c not in done)
         lowest = min(need[0] + [need[1]])  # no degree can help a candidate below this
         hopeful = sorted(c for c, a in shared.items() if a + unread >= lowest)
         degree = self.degrees(hopeful, direction, types) if hopeful else {}
-        kept = {c: (shared[c], degree.get(c, 0), None) for c in hopeful
+        return {c: (shared[c], degree.get(c, 0), None) for c in hopeful
                 if passes(shared[c], degree.get(c, 0), unread, *need)}
+
+    def tally(self, hubs, direction, types, unread, need, afford, done=frozenset()):
+        kept = self._kept(hubs, direction, types, unread, need, done)
         cost = sum(d for _, d, _ in kept.values())
-        if cost > afford:
-            return {}, None
-        if among is None or not kept:
-            return kept, cost
-        theirs = self.lists(sorted(kept), direction, types)
-        kinds = self.types_of(sorted(kept)) if of_type is not None else {}
-        return {c: (a, d, theirs.get(c, set()) & among) for c, (a, d, _) in kept.items()
-                if of_type is None or kinds.get(c) == of_type
-                and passes(len(theirs.get(c, set()) & among), d, 0, *need)}, cost
+        return ({}, None) if cost > afford else (kept, cost)
+
+    def probe(self, ask: Ask, direction, types) -> Probed:
+        kept = self._kept(ask.hubs, direction, types, ask.unread, ask.need, ask.done)
+        ranked = sorted(kept, key=lambda c: (-ask.bound.order(kept[c][0], kept[c][1], ask.unread), c))
+        if sum(d for _, d, _ in kept.values()) > ask.afford:  # the most promising only
+            spent = list(accumulate(kept[c][1] for c in ranked[:ask.quota]))
+            ranked = [c for c, total in zip(ranked, spent) if total <= ask.afford]
+        theirs = self.lists(ranked, direction, types) if ranked else {}
+        kinds = self.types_of(ranked) if ask.of_type is not None and ranked else {}
+        found = Probed({}, set(), sum(kept[c][1] for c in ranked), len(kept) - len(ranked))
+        for c in ranked:
+            a, d, _ = kept[c]
+            mine = theirs.get(c, set()) & ask.among
+            if (ask.of_type is None or kinds.get(c) == ask.of_type) and passes(len(mine), d, 0, *ask.keep):
+                found.kept[c] = (a, d, mine)
+            else:
+                found.gone.add(c)
+        _below_kth(found, ask)
+        return found
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = [row for direction in (("out", "in") if direction == "both" else (direction,))
@@ -343,3 +359,17 @@ class Age:
 
     def types_of(self, ids) -> dict[int, str]:
         return dict(self._cypher(_TYPES, 2, {"ids": list(ids)})) if ids else {}
+
+
+def _below_kth(found: Probed, ask: Ask) -> None:
+    """What native.py's probe does in SQL: (Jaccard, cosine) a scored candidate below the
+    k-th best of the round's own exact scores is gone."""
+    if ask.bound.measure not in ("jaccard", "cosine") or len(found.kept) < ask.want:
+        return
+    n = ask.bound.size
+    score = {c: len(mine) / (n + d - len(mine)) if ask.bound.measure == "jaccard"
+             else len(mine) / math.sqrt(n * d) for c, (_, d, mine) in found.kept.items()}
+    kth = sorted(score.values(), reverse=True)[ask.want - 1]
+    for c in [c for c, value in score.items() if value < kth]:
+        del found.kept[c]
+        found.gone.add(c)

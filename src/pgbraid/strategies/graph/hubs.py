@@ -12,10 +12,14 @@ shares at most r = h - j hubs, so it scores at most ``unseen(r)``:
 and a candidate seen in a of them (degree D) at most ``pair(min(a + r, D), D)``.
 With t the k-th best exact score so far: once unseen(r) < t no unseen candidate can
 enter the top k (pigeonhole: one sharing m hubs points at one of the h - m + 1
-smallest), and a seen one needs pair(...) >= t to be worth its exact score. Reading
-goes one hub further per round (the bound falls as t rises) until that holds: the
-answer is then *certified exact*, or a work budget of hub edges stops it, and the
-trace says it is not.
+smallest), and a seen one needs pair(...) >= t to be worth its exact score. The
+first round reads the smallest hub; every later one reads at least one hub more
+and at least ``enough(t)``, the fewest lists after which unseen(r) < t (t only
+rises, so that is never more than t needs), until the bound holds with every kept
+candidate scored: the answer is then *certified exact*, or a work budget of hub
+edges stops it, and the trace says it is not. A candidate is probed (its own
+edges read) once: scored, or gone when its exact score is below t (it can never
+enter the top k), and left out of every later round's tally.
 """
 
 from __future__ import annotations
@@ -67,6 +71,19 @@ class Bound:
         r = len(self.weights) - read
         return self.pair(r, r)
 
+    def enough(self, t: float | None) -> int:
+        """The fewest hubs to read (smallest first) for ``unseen`` to fall below t."""
+        if t is None:
+            return 1
+        floor = t * (1 - SLACK)
+        return next((j for j in range(len(self.weights)) if self.unseen(j) < floor),
+                    len(self.weights))
+
+    def order(self, a: int, degree: int, unread: int) -> float:
+        """The best score of a candidate seen in a of the lists read (its probing order)."""
+        x = min(a + unread, degree)
+        return self.pair(x, degree if self.exact else x)
+
     def need(self, t: float | None) -> tuple[list[int], int]:
         """The shared count a seen candidate must be able to reach, by its degree d:
         (need[d - 1] for d = 1..len(need), the need beyond), to score t or more."""
@@ -108,6 +125,40 @@ def window(need: list[int], beyond: int, unread: int) -> tuple[int, int] | None:
         return None
     fits = [d for d, x in enumerate(need, start=1) if x <= 1 + unread]
     return (fits[0], fits[-1]) if fits else (1, 0)
+
+
+@dataclass
+class Ask:
+    """One round's question to an engine's ``probe``: the candidates in the ``hubs``' lists
+    (those in ``done`` left out: scored, or known to fall short) kept by ``need``, read
+    whole when their degrees add up to ``afford`` edges at most, else the ``quota`` most
+    promising (``Bound.order``; within ``afford``); a probed candidate comes back scored
+    when its exact shared count meets ``keep`` (the k-th best so far) and its score is
+    not below the ``want``-th best of the round's own, else as gone."""
+
+    hubs: list[int]
+    unread: int
+    need: tuple[list[int], int]
+    keep: tuple[list[int], int]
+    afford: int
+    quota: int
+    done: set[int]
+    among: set[int]
+    of_type: str | None
+    bound: "Bound"
+    want: int           # k: a probed candidate below k others probed with it is gone too
+
+
+@dataclass
+class Probed:
+    """What ``probe`` found: c -> (a, D, N(c) & among) for the scored; the gone (probed
+    but short of keep, or not of the candidate type); the edges the probes read; how
+    many kept candidates were not probed."""
+
+    kept: dict[int, tuple[int, int, set[int]]]
+    gone: set[int]
+    edges: int
+    remaining: int
 
 
 @dataclass
@@ -153,6 +204,11 @@ class HubSearch:
             return left
         # scoring may cost what the next round would read again, or a quarter of what is left
         return min(left, max(self.prefix(read + 1), left // 2))
+
+    def probed(self, edges: int, remaining: int) -> None:
+        """The round probed candidates at ``edges`` edges; ``remaining`` kept ones were not."""
+        self.pending = remaining > 0
+        self.edges_read += edges
 
     def scored(self, cost: int | None) -> None:
         """The round's candidates were scored at ``cost`` edges (None: they would cost more

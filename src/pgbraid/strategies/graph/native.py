@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .hubs import window
+from .hubs import Ask, Probed, window
 from .walks import REVERSE, Lists, heaviest_first
 
 # (vertex, neighbour) along the direction; $out / $in switch the halves on and off.
@@ -32,19 +32,22 @@ SELECT g.vertex, sum(g.edges)::bigint FROM pgbraid.vertex_degrees g
  GROUP BY g.vertex
 """
 
-# Who points at the hubs, how many of them (a), and their degree (D), kept when
-# least(a + unread, D) >= need[D] (hubs.passes). A candidate's degree is one index
-# probe, so it is probed only when a >= %(probe_from)s; below that (a = 1: most of a
-# hub's list) its degree must lie in a narrow window, read as a range of
-# vertex_degrees_size and hashed instead (one edge type and direction only).
+# Who points at the hubs (those in %(done)s left out), how many of them (a), and their
+# degree (D), kept when least(a + unread, D) >= need[D] (hubs.passes). A candidate's
+# degree is one index probe, so it is probed only when a >= %(probe_from)s; below that
+# (a = 1: most of a hub's list) its degree must lie in a narrow window, read as a range
+# of vertex_degrees_size and hashed instead (one edge type and direction only).
 _TALLY = """
-WITH shared AS MATERIALIZED (
-    SELECT x.n AS c, count({distinct} x.v)::int AS a FROM ({ends}) x GROUP BY x.n),
+WITH gone AS MATERIALIZED (SELECT DISTINCT g.c FROM unnest(%(done)s::bigint[]) g(c)),
+     shared AS MATERIALIZED (
+    SELECT y.c, y.a FROM (SELECT x.n AS c, count({distinct} x.v)::int AS a FROM ({ends}) x
+                           GROUP BY x.n) y
+     WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.c = y.c)),
      sized AS (
     SELECT g.vertex, g.edges FROM pgbraid.vertex_degrees g
      WHERE %(window)s AND g.pipeline_id = %(p)s AND g.type = %(type)s AND g.outgoing = %(cout)s
        AND g.edges BETWEEN %(low)s AND %(high)s),
-     kept AS (
+     kept AS MATERIALIZED (
     SELECT s.c, s.a, w.edges::int AS d FROM shared s JOIN sized w ON w.vertex = s.c
      WHERE s.a < %(probe_from)s AND least(s.a + %(unread)s, w.edges)
            >= coalesce((%(need)s::int[])[w.edges], %(beyond)s)
@@ -57,27 +60,61 @@ WITH shared AS MATERIALIZED (
        AND least(s.a + %(unread)s, d.n) >= coalesce((%(need)s::int[])[d.n], %(beyond)s)),
      cost AS (SELECT coalesce(sum(k.d), 0)::bigint AS edges FROM kept k)
 {select}
-UNION ALL SELECT NULL, NULL, NULL, NULL, cost.edges FROM cost
 """
 # The kept candidates (with no more of their edges to read than %(afford)s)
 _KEPT = ("SELECT k.c, k.a, k.d, NULL::bigint[], NULL::bigint FROM kept k, cost"
-         " WHERE cost.edges <= %(afford)s")
+         " WHERE cost.edges <= %(afford)s"
+         " UNION ALL SELECT NULL, NULL, NULL, NULL, cost.edges FROM cost")
 # ... and, when the stored degree is the candidate's neighbour count (one edge type and
-# direction, no neighbour_type), each kept candidate's neighbours among the seed's,
-# read from its own edges (index-only: the filter is not an index condition, which
-# would pick the primary key and visit the heap): its exact score, kept when it
-# still reaches need.
-_SCORED = """SELECT k.c, k.a, k.d, m.shared, NULL::bigint FROM kept k, cost CROSS JOIN LATERAL (
-    SELECT array_agg(x.n) FILTER (WHERE x.n = ANY(%(among)s)) AS shared FROM (
-        SELECT e.dst AS n FROM pgbraid.edges e WHERE %(cout)s AND e.pipeline_id = %(p)s
-           AND e.src = k.c AND e.type = %(type)s
-        UNION ALL
-        SELECT e.src FROM pgbraid.edges e WHERE %(cin)s AND e.pipeline_id = %(p)s
-           AND e.dst = k.c AND e.type = %(type)s) x) m
-WHERE cost.edges <= %(afford)s AND least(coalesce(cardinality(m.shared), 0), k.d) >= coalesce((%(need)s::int[])[k.d], %(beyond)s)
-  AND (%(ct)s::text IS NULL
-       OR EXISTS (SELECT 1 FROM pgbraid.vertices v WHERE v.pipeline_id = %(p)s AND v.id = k.c
-                   AND v.type = %(ct)s))"""
+# direction, no neighbour_type), the kept candidates probed: all of them when their
+# degrees add up to %(afford)s at most, else the %(quota)s most promising (hubs.Bound.order,
+# as long as their degrees add up to %(afford)s). Each probe reads the candidate's
+# neighbours among the seed's from its own edges (index-only: the filter is not an index
+# condition, which would pick the primary key and visit the heap): its exact score,
+# returned when it meets %(keep)s and (Jaccard, cosine) is not below the k-th best of
+# the round's own exact scores, else the candidate is gone (as one of another type).
+# The last row: how many kept were not probed, the gone, the edges the probes read.
+_SCORED = """,
+     ranked AS (
+    SELECT k.c, k.a, k.d, row_number() OVER w AS rank, sum(k.d) OVER w AS spent FROM (
+        SELECT k.*, least(k.a + %(unread)s, k.d) AS x FROM kept k) k
+    WINDOW w AS (ORDER BY CASE %(measure)s::text
+        WHEN 'jaccard' THEN k.x::float8 / (%(size)s + k.d - k.x)
+        WHEN 'cosine' THEN k.x / sqrt(%(size)s::float8 * k.d) ELSE k.x::float8 END DESC, k.c
+        ROWS UNBOUNDED PRECEDING)),
+     chosen AS MATERIALIZED (
+    SELECT y.c, y.a, y.d, %(ct)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM pgbraid.vertices v WHERE v.pipeline_id = %(p)s AND v.id = y.c
+           AND v.type = %(ct)s) AS ok FROM (
+        SELECT k.c, k.a, k.d FROM kept k WHERE (SELECT edges FROM cost) <= %(afford)s
+        UNION ALL  -- ranked only when not all of them are affordable
+        SELECT r.c, r.a, r.d FROM ranked r WHERE (SELECT edges FROM cost) > %(afford)s
+           AND r.rank <= %(quota)s AND r.spent <= %(afford)s) y),
+     hits AS (
+    SELECT e.src AS c, array_agg(e.dst) FILTER (WHERE e.dst = ANY(%(among)s)) AS shared
+      FROM pgbraid.edges e WHERE %(cout)s AND e.pipeline_id = %(p)s AND e.type = %(type)s
+       AND e.src = ANY(ARRAY(SELECT ch.c FROM chosen ch WHERE ch.ok)) GROUP BY e.src
+    UNION ALL
+    SELECT e.dst, array_agg(e.src) FILTER (WHERE e.src = ANY(%(among)s))
+      FROM pgbraid.edges e WHERE %(cin)s AND e.pipeline_id = %(p)s AND e.type = %(type)s
+       AND e.dst = ANY(ARRAY(SELECT ch.c FROM chosen ch WHERE ch.ok)) GROUP BY e.dst),
+     judged AS MATERIALIZED (
+    SELECT y.*, y.ok AND least(y.s, y.d) >= coalesce((%(keep)s::int[])[y.d], %(keep_beyond)s)
+           AS met, CASE %(measure)s::text WHEN 'jaccard' THEN y.s::float8 / (%(size)s + y.d - y.s)
+                    WHEN 'cosine' THEN y.s / sqrt(%(size)s::float8 * y.d) END AS score
+      FROM (SELECT ch.*, h.shared, coalesce(cardinality(h.shared), 0) AS s
+              FROM chosen ch LEFT JOIN hits h ON h.c = ch.c) y),
+     -- the %(want)s-th best of these exact scores: what scores below it never enters the top k
+     kth AS (SELECT CASE WHEN count(*) < %(want)s THEN NULL ELSE min(b.score) END AS score
+               FROM (SELECT j.score FROM judged j WHERE j.met AND j.score IS NOT NULL
+                      ORDER BY j.score DESC LIMIT %(want)s) b),
+     sorted AS (SELECT j.*, j.met AND (j.score IS NULL OR kth.score IS NULL
+                                       OR j.score >= kth.score) AS sent FROM judged j, kth)
+SELECT j.c, j.a, j.d, j.shared, NULL::bigint FROM sorted j WHERE j.sent
+UNION ALL
+SELECT NULL, (SELECT count(*) FROM kept)::int - count(*)::int, NULL,
+       coalesce(array_agg(j.c) FILTER (WHERE NOT j.sent), '{}'), coalesce(sum(j.d), 0)::bigint
+  FROM sorted j"""
 
 _DEGREES = f"SELECT x.v, count(DISTINCT x.n) FROM ({_ENDS}) x GROUP BY x.v"
 _PROFILES = (f"SELECT x.v, count(DISTINCT x.n), array_agg(DISTINCT x.n) FILTER (WHERE x.n = ANY(%(among)s))"
@@ -135,7 +172,7 @@ class Native:
     def counts(self, ids, direction, types) -> dict[int, int]:
         return dict(self.conn.execute(_DEGREES, self._params(ids, direction, types)).fetchall())
 
-    def tally(self, hubs, direction, types, unread, need, afford, among=None, of_type=None):
+    def _tally(self, hubs, direction, types, unread, need, done, select, extra):
         table, beyond = need
         ends = self._params(hubs, REVERSE[direction], types)
         mine = self._params(hubs, direction, types)
@@ -145,16 +182,27 @@ class Native:
         # one half of _ENDS when one direction: the planner then knows how many
         # candidates to expect (through a UNION it guesses 200, and probes each)
         statement = _TALLY.format(ends=_HALVES[REVERSE[direction]] if single else _ENDS,
-                                  distinct="" if single else "DISTINCT",
-                                  select=_KEPT if among is None else _SCORED)
-        rows = self.conn.execute(statement, {
+                                  distinct="" if single else "DISTINCT", select=select)
+        return self.conn.execute(statement, {
             **ends, "cout": mine["out"], "cin": mine["in"], "type": types[0], "unread": unread,
             "need": table, "beyond": beyond, "window": high >= low, "low": low, "high": high,
-            "probe_from": 1 if sizes is None else 2, "among": sorted(among or ()),
-            "ct": of_type, "afford": afford}).fetchall()
+            "probe_from": 1 if sizes is None else 2, "done": sorted(done), **extra}).fetchall()
+
+    def tally(self, hubs, direction, types, unread, need, afford, done=()):
+        rows = self._tally(hubs, direction, types, unread, need, done, _KEPT, {"afford": afford})
         cost = rows.pop()[4]
-        kept = {c: (a, n, None if among is None else set(shared or ())) for c, a, n, shared, _ in rows}
+        kept = {c: (a, n, None) for c, a, n, _, _ in rows}
         return kept, (cost if cost <= afford else None)
+
+    def probe(self, ask: Ask, direction, types) -> Probed:
+        b = ask.bound
+        rows = self._tally(ask.hubs, direction, types, ask.unread, ask.need, ask.done, _SCORED, {
+            "afford": ask.afford, "quota": ask.quota, "among": sorted(ask.among),
+            "ct": ask.of_type, "keep": ask.keep[0], "keep_beyond": ask.keep[1],
+            "measure": b.measure, "size": b.size, "want": ask.want})
+        _, remaining, _, gone, edges = rows.pop()
+        return Probed({c: (a, n, set(shared or ())) for c, a, n, shared, _ in rows},
+                      set(gone), edges, remaining)
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = self.conn.execute(_HEAVIEST, {**self._params(ids, direction, types),

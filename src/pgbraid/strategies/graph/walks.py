@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from .hubs import SLACK, Bound, HubSearch, passes
+from .hubs import SLACK, Ask, Bound, HubSearch, Probed, passes
 
 Lists = dict[int, set[int]]
 
@@ -50,15 +50,16 @@ class Adjacency(Protocol):
         """Each id's distinct neighbours along ``direction`` (reads every edge)."""
 
     def tally(self, hubs: list[int], direction: str, types: list[str], unread: int,
-              need: tuple[list[int], int], afford: int, among: set[int] | None = None,
-              of_type: str | None = None) -> tuple[dict[int, tuple], int | None]:
-        """The vertices with some of ``hubs`` among their neighbours along ``direction``:
-        c -> (how many of them, a; c's degree, D; None), kept when ``hubs.passes``, and
-        the sum of their degrees (the edges scoring them reads). With ``among`` (the
-        seed's neighbours; only when D is c's neighbour count) each kept c of vertex
-        type ``of_type`` is scored too: (a, D, N(c) & among), kept when it still passes
-        with its exact shared count. Nothing is kept (cost None) when the degrees add
-        up to more than ``afford``."""
+              need: tuple[list[int], int], afford: int,
+              done: set[int] = frozenset()) -> tuple[dict[int, tuple], int | None]:
+        """The vertices (not in ``done``) with some of ``hubs`` among their neighbours
+        along ``direction``: c -> (how many of them, a; c's degree, D; None), kept when
+        ``hubs.passes``, and the sum of their degrees (the edges scoring them reads).
+        Nothing is kept (cost None) when the degrees add up to more than ``afford``."""
+
+    def probe(self, ask: Ask, direction: str, types: list[str]) -> Probed:
+        """``tally``'s kept candidates probed (only when D is c's neighbour count):
+        ``hubs.Ask`` says which, ``hubs.Probed`` what comes back."""
 
     def heaviest(self, ids: list[int], direction: str, types: list[str],
                  cap: int) -> dict[int, list[tuple[int, str]]]:
@@ -78,6 +79,7 @@ def heaviest_first(rows) -> dict[int, list[tuple[int, str]]]:
 
 
 REVERSE = {"out": "in", "in": "out", "both": "both"}
+QUOTA = 256  # candidates probed most promising first when a round cannot afford them all
 
 
 @dataclass
@@ -159,7 +161,8 @@ class _Scorer:
 
 def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, int],
                 zdeg: dict[int, int], budget: int) -> HubSearch:
-    """Read hub lists smallest first until the top k is proven (``hubs`` module)."""
+    """Read hub lists smallest first until the top k is proven (``hubs`` module): each
+    round reads at least as many as the k-th best so far says could certify."""
     order = sorted(hubs, key=lambda z: (hubs[z], z))
     weights = ([1.0 / math.log(zdeg[z]) for z in order] if q.measure == "adamic-adar"
                else [1.0] * len(order))
@@ -173,35 +176,46 @@ def _hub_rounds(adj: Adjacency, q: Question, scorer: _Scorer, hubs: dict[int, in
                 t is not None and search.bound < t * (1 - SLACK))):
             search.certified = True
             return search
-        afford = search.start(search.read + 1) if search.read < len(order) else None
-        last = afford is None and search.pending
-        if last:  # no further round: score this one's candidates, if the budget allows
-            afford = search.start(search.read)
+        # one hub more; after the first round, as many as the k-th best says could
+        # certify (it only rises: never too many for it); all read and pending: the
+        # same lists again, the k-th best having risen
+        target = min(len(order), search.read + 1)
+        if search.rounds:
+            target = max(target, bound.enough(t))
+        before = search.read
+        afford = search.start(target)
+        if afford is None and target > search.read + 1:  # the budget allows fewer, maybe
+            afford = search.start(search.read + 1)
+        if afford is None and search.pending and target != search.read:
+            afford = search.start(search.read)  # no further: score this round's, if allowed
         if afford is None:
             return search
-        _round(adj, q, scorer, bound, search, afford, exact)
-        if search.pending and (last or search.read == len(order)):
+        if not _round(adj, q, scorer, bound, search, afford, exact) and search.read == before:
             search.stopped = "scoring the candidates kept would exceed the budget"
-            return search
+            return search  # the same lists again, and nothing new scored
 
 
 def _round(adj: Adjacency, q: Question, scorer: _Scorer, bound: Bound, search: HubSearch,
-           afford: int, exact: bool) -> None:
-    """One round: tally the hubs read, score what can still enter the top k."""
+           afford: int, exact: bool) -> bool:
+    """One round: tally the hubs read, score what can still enter the top k (False:
+    candidates were kept, and none of them scored)."""
     read, unread = search.read, len(search.order) - search.read
     floor = bound.unseen(read)  # enough if this round certifies; else the next re-reads
     need = bound.need(max(scorer.threshold() or 0.0, floor))
     if exact:  # the engine scores what it keeps: a kept candidate's degree is exact
-        kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford,
-                               scorer.mine, q.candidate_type)
-        search.scored(cost)
-        if cost is not None:
-            search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in kept.items()})
-        return
-    kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford)
+        found = adj.probe(Ask(search.order[:read], unread, need, bound.need(scorer.threshold()),
+                              afford, max(QUOTA, 4 * q.want), scorer.done, scorer.mine,
+                              q.candidate_type, bound, q.want), q.direction, q.types)
+        search.probed(found.edges, found.remaining)
+        scorer.done |= found.gone
+        search.verified += scorer.add({c: (d, shared) for c, (_, d, shared) in found.kept.items()})
+        return not found.remaining or bool(found.kept or found.gone)
+    kept, cost = adj.tally(search.order[:read], q.direction, q.types, unread, need, afford,
+                           scorer.done)
     search.scored(cost)
     if cost is not None:
         _verify_best_first(scorer, bound, kept, unread, floor, search)
+    return cost is not None
 
 
 def _verify_best_first(scorer: _Scorer, bound: Bound, kept: dict[int, tuple],
