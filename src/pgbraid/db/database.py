@@ -298,6 +298,12 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
     setting a plain server keeps as an unused placeholder). Without it a worker would
     check row-level security with no tenant (no rows: failing closed) and rank with
     its default thresholds."""
+    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
+    if role is not None:
+        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
+    statements += [sql.SQL("SET LOCAL {} = {}").format(
+        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
+        for name, value in settings.items()]
     # One statement each (a multi-statement string cannot be prepared, and a snapshot
     # sends these in pipeline mode, which prepares), in one round trip all the same.
     # Inside a pipeline already (a snapshot's opening), they are queued in it: psycopg
@@ -309,20 +315,8 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
             conn.execute(statement)
         return
     with conn.pipeline():
-        for statement in set_local_statements(settings, role):
+        for statement in statements:
             conn.execute(statement)
-
-
-def set_local_statements(settings: dict[str, str],
-                         role: sql.Composable | None = None) -> list[sql.Composable]:
-    """set_local's statements, for a caller that sends them in its own pipeline (one
-    round trip with its other statements: a nested pipeline waits for its results)."""
-    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
-    if role is not None:
-        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
-    return statements + [sql.SQL("SET LOCAL {} = {}").format(
-        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
-        for name, value in settings.items()]
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

@@ -53,7 +53,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from .. import encryption
-from ..db.database import set_local, set_local_statements
+from ..db.database import set_local
 from ..scope import Scope
 from .base import HIT_COLUMNS, Row
 from .trigrams import similarity, trigrams
@@ -188,11 +188,9 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
     with conn.pipeline():
         cursors = [expand(full)]
         if exact:
-            for statement in set_local_statements(_thresholds(1.0)):
-                conn.execute(statement)
+            set_thresholds(conn, 1.0)  # queued in this pipeline (database.set_local)
             cursors.append(expand(exact))
-            for statement in set_local_statements(_thresholds(threshold)):
-                conn.execute(statement)
+            set_thresholds(conn, threshold)
     groups: dict[int, dict[str, float]] = {}
     for cursor in cursors:
         for n, word, sim in cursor.fetchall():
@@ -204,12 +202,8 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
 
 def set_thresholds(conn: psycopg.Connection, threshold: float) -> None:
     """pg_trgm's similarity and word similarity thresholds, for the transaction."""
-    set_local(conn, _thresholds(threshold))
-
-
-def _thresholds(threshold: float) -> dict[str, str]:
-    return {"pg_trgm.similarity_threshold": str(threshold),
-            "pg_trgm.word_similarity_threshold": str(threshold)}
+    set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
+                     "pg_trgm.word_similarity_threshold": str(threshold)})
 
 
 class _Subsets:
