@@ -13,7 +13,7 @@ import pytest
 
 import pgbraid
 from pgbraid import encryption, pipelines
-from pgbraid.strategies import fuzzy, fuzzy_words
+from pgbraid.strategies import fuzzy, fuzzy_words, trigrams
 
 from .bm25_worker import scifact
 from .conftest import shared
@@ -198,16 +198,46 @@ def test_subsets_find_what_the_union_finds(client, monkeypatch):
     docs = scifact(str(shared("beir_scifact", "corpus.jsonl.gz")))[:300]
     client.ingest(name, docs)
     queries = ["vitamin D deficency", "the effect of smoking", "breast cancr risk",
-               "stem cells and regeneraton", "responsible for mucolipdiosis", "zzqx"]
+               "stem cells and regeneraton", "responsible for mucolipdiosis", "zzqx",
+               # short words (scored from the candidates' own words at 0.5): one, two,
+               # one of a single letter, one that is rare, one beside two typos
+               "cells with the", "and the effects", "T cell responses", "raft proteome suing",
+               "teh inflamatory respnse"]
     queries += [" ".join(d["title"].split()[:3]) for d in docs[:20:4]]
 
     def hits(query: str, threshold: float) -> list[tuple[str, float]]:
         response = _words(client, name, query, params={"threshold": threshold})
         return [(h.fragment_id, round(h.score, 6)) for h in response.hits]
 
+    widened = []
+    expand = fuzzy_words._Scores.expand
+
+    def spy(self, groups):
+        widened.append(len(self.short))
+        return expand(self, groups)
+
     for threshold in (0.5, 0.3):
+        monkeypatch.setattr(fuzzy_words._Scores, "expand", spy)
         subsets = [hits(q, threshold) for q in queries]
         monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # every query by the union
         assert [hits(q, threshold) for q in queries] == subsets
         monkeypatch.undo()
-    assert all(subsets[:5]) and not subsets[5]
+    assert widened  # some short word was expanded in full midway (_Subsets.run)
+    assert all(subsets[:5]) and not subsets[5] and all(subsets[6:9])
+
+
+def test_trigram_similarity_in_python_is_the_servers(client):
+    """Short query words are scored in Python (strategies/trigrams.py): the same float4,
+    bit for bit, as pg_trgm's similarity, for ASCII words of any shape; None otherwise."""
+    docs = scifact(str(shared("beir_scifact", "corpus.jsonl.gz")))[:40]
+    words = sorted({w for d in docs for w in encryption.distinct_words(d["text"]).split()})
+    words += ["the-the", "il-6", "a", "x_y", "o'neil", "aaaa", "1,25(oh)2d3", "--"]
+    queries = ["the", "of", "t", "and", "cell", "aaa", "il"]
+    with client.session() as conn:
+        rows = conn.execute("SELECT q, w, similarity(w, q)::float8 FROM unnest(%s::text[]) q,"
+                            " unnest(%s::text[]) w", (queries, words)).fetchall()
+    ascii_rows = [(q, w, s) for q, w, s in rows if w.isascii()]
+    assert len(ascii_rows) > 5000 and any(s == 1.0 for q, w, s in ascii_rows if q != w)
+    assert all(trigrams.similarity(trigrams.trigrams(q), trigrams.trigrams(w)) == s
+               for q, w, s in ascii_rows)
+    assert trigrams.trigrams("β-cell") is None and any(not w.isascii() for w in words)

@@ -42,7 +42,6 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from .. import encryption
-from ..db.database import set_local
 from ..errors import InvalidRequest
 from ..models import SearchRequest
 from ..pipelines import Pipeline
@@ -118,7 +117,7 @@ class Fuzzy(Strategy):
         threshold = self.param(request, "threshold")
         method = _method(conn, self.param(request, "method"), scope)
         def search(t: float) -> list[Row]:
-            _thresholds(conn, t)
+            fuzzy_words.set_thresholds(conn, t)
             if method == "words":
                 return fuzzy_words.search(conn, request.query, scope, k, t)
             with conn.cursor(row_factory=class_row(Row)) as cur:
@@ -159,7 +158,3 @@ def statement(query: str, scope: Scope, k: int, threshold: float,
                                     match=sql.SQL(match)),
             {**params, "query": query, "k": k})
 
-
-def _thresholds(conn: psycopg.Connection, threshold: float) -> None:
-    set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
-                     "pg_trgm.word_similarity_threshold": str(threshold)})
