@@ -122,6 +122,18 @@ def test_document_read_versions_point_in_time_and_delete(admin, stocked):
     then = admin.get(f"/pipelines/{stocked}/documents/doc-3",
                      params={"as_of": versions[0]["valid_from"]}).json()
     assert then["version"] == 1 and "monthly" in then["text"]
+    for type_ in ("bm25", "fulltext", "auto"):  # a search as of that time finds version 1
+        past = admin.post(f"/pipelines/{stocked}/search", json={
+            "query": "monthly", "type": type_, "as_of": versions[0]["valid_from"]})
+        assert past.status_code == 200, past.json()
+        assert [h["document_id"] for h in past.json()["hits"]] == ["doc-3"]
+        assert past.json()["as_of"] is not None
+    assert admin.post(f"/pipelines/{stocked}/search", json={"query": "monthly"}).json()[
+        "hits"] == []
+    for bad in (1764547200, "yesterday"):
+        refused = admin.post(f"/pipelines/{stocked}/search", json={"query": "x", "as_of": bad})
+        assert refused.status_code == 400, refused.json()
+        assert refused.json()["error"]["details"]["field"] == "as_of"
     assert admin.get(f"/pipelines/{stocked}/documents/doc-3", params={"version": 2}).json()[
         "text"].endswith("weekly")
     expired = admin.delete(f"/pipelines/{stocked}/documents/doc-3").json()

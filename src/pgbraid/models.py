@@ -92,10 +92,7 @@ class SearchRequest(Frozen):
     @field_validator("as_of", mode="before")
     @classmethod
     def _as_of(cls, value: Any) -> datetime | None:
-        try:
-            return parse_as_of(value)
-        except InvalidRequest as exc:  # the field's name leads the message once, not twice
-            raise ValueError(exc.message.removeprefix("as_of ")) from exc
+        return as_of_field(value)
 
     @field_validator("cursor")
     @classmethod
@@ -295,6 +292,15 @@ def parse_version(value: Any) -> int | None:
         raise InvalidRequest(f"version must be an integer from 1, got {shown(value)}",
                              field="version")
     return value
+
+
+def as_of_field(value: Any) -> datetime | None:
+    """``parse_as_of`` for a model's field: its message without the field's name, which
+    validation puts in front of it."""
+    try:
+        return parse_as_of(value)
+    except InvalidRequest as exc:
+        raise ValueError(exc.message.removeprefix("as_of ")) from exc
 
 
 def parse_as_of(value: Any) -> datetime | None:

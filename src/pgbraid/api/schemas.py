@@ -11,11 +11,11 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Request
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from ..errors import InvalidRequest
 from ..live.config import LiveSource
-from ..models import NAME_RE, SearchRequest, shown
+from ..models import NAME_RE, SearchRequest, as_of_field, shown
 
 NAME = f"^{NAME_RE.pattern}$"
 Permission = Literal["read", "write", "execute", "admin"]
@@ -72,8 +72,16 @@ class DocumentIn(Body):
 class SearchBody(SearchRequest):
     """Seed 003's search request, plus ``group_by`` and ``as_of``."""
 
-    as_of: Moment | None = None
+    as_of: Annotated[datetime | None,
+                     WithJsonSchema({"type": "string", "format": "date-time"})] = None
     """Search as of this time (point-in-time search): an ISO-8601 date-time."""
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of(cls, value: Any) -> datetime | None:
+        # replaces SearchRequest's validator of the same name: JSON gives text, never a
+        # number, and the text is parsed once (a Moment would see the parsed datetime)
+        return as_of_field(_text_only(value))
 
 
 class GroundBody(Body):
