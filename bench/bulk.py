@@ -142,14 +142,13 @@ def _write(conn: psycopg.Connection, pipeline: Pipeline, batch: list[Prepared],
                                 ("metadata", Jsonb(p.doc.metadata)),
                                 ("bm25_ordinals", base), ("bm25_texts", piece.bm25_text),
                                 ("content_hashes", piece.content_hash),
-                                ("words", encryption.distinct_words(p.doc.title, piece.section,
-                                                                    piece.text))):
+                                ("words", piece.words)):
                 rows[name].append(value)
             base += 1
     pending = Pending()
     cursor = conn.execute(_FRAGMENTS, {"pipeline": pipeline.id, "fulltext": pipeline.fulltext,
                                        **rows})
-    dictionary.add(conn, pipeline.id, (words.split() for words in rows["words"]))
+    dictionary.add(conn, pipeline.id, {w for words in rows["words"] for w in words.split()})
     for ordinal, length, terms, tfs, config, held in cursor.fetchall():
         pending.add(ordinal, length, terms, tfs, config=config,
                     partition=partition_of[bm25_index.partition_key(tuple(held))])

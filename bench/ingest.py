@@ -24,6 +24,7 @@ its load moves wall time.
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import shutil
@@ -216,16 +217,27 @@ def embedded_runs(client, rows: list[dict]) -> tuple[float, float, int, list[flo
 
 # -- the suite ------------------------------------------------------------------------
 
-def run(quick: bool = False) -> None:
+def run(quick: bool = False, rounds: int | None = None, embedded_docs: int | None = None) -> None:
+    """The lexical rows and peers in ``rounds`` (1 quick, else 2; 0: skipped), then the
+    embedded pair on ``embedded_docs`` abstracts (0: skipped)."""
     rows = records()
-    why_not = build_textsearch()
+    rounds = (1 if quick else 2) if rounds is None else rounds
+    why_not = build_textsearch() if rounds else None  # it may restart the server: first
     client = connect()
-    rounds = 1 if quick else 2
+    if rounds:
+        lexical(client, rows, rounds, why_not or textsearch_available(client))
+    if embedded_docs is None:
+        embedded_docs = 2 * EMBEDDED_SLICE if quick else EMBEDDED_DOCS
+    if embedded_docs:
+        embedded(client, rows[:embedded_docs])
+
+
+def lexical(client, rows: list[dict], rounds: int, why_not: str | None) -> None:
+    """The lexical rows, and pg_textsearch's unless ``why_not`` says why it cannot run."""
     console.print(f"[bold]ingest[/bold]: SciFact {len(rows)} abstracts, {rounds} interleaved"
                   f" round(s), load average {os.getloadavg()[0]:.1f} at the start")
     kinds = [("1 process", 1, True), ("2 processes, one pipeline", 2, True),
              ("2 processes, a pipeline each", 2, False)]
-    why_not = why_not or textsearch_available(client)
     results: dict[str, list[dict]] = {k[0]: [] for k in kinds}
     peer: list[dict] = []
     for _ in range(rounds):
@@ -255,7 +267,7 @@ def run(quick: bool = False) -> None:
     table("SciFact lexical ingestion (pg_textsearch: one row per document)", columns, out)
     plots.save("ingest", "lexical", [dict(zip(columns, row)) for row in out],
                load=os.getloadavg()[0], rounds=rounds)
-    embedded(client, rows[:2 * EMBEDDED_SLICE if quick else EMBEDDED_DOCS])
+    console.print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 def embedded(client, sample: list[dict]) -> None:
@@ -280,3 +292,21 @@ def plot(results: dict) -> list[Path]:
         return []
     return [plots.bars("ingest", "SciFact lexical ingestion", "fragments/s", values,
                        note="machine shared: see docs/benchmarks.md", digits=0)]
+
+
+def main() -> None:
+    """`python -m bench.ingest [--rounds N] [--embedded-docs N]`: the suite with its sizes
+    chosen (``--embedded-docs 0``: lexical rows and peers only; ``--rounds 0``: the
+    embedded pair only)."""
+    parser = argparse.ArgumentParser(prog="bench.ingest")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--embedded-docs", type=int, default=EMBEDDED_DOCS)
+    args = parser.parse_args()
+    from . import __main__ as suite, ingest  # not __main__'s copy: workers pickle by name
+
+    ingest.run(rounds=args.rounds, embedded_docs=args.embedded_docs)
+    suite.draw(ingest)
+
+
+if __name__ == "__main__":
+    main()

@@ -34,10 +34,11 @@ INDEXES = {
                " WHERE current AND NOT quarantined",
     "body trigram GIN": "CREATE INDEX ON x.f USING gin (pipeline_id, body gin_trgm_ops) {with}"
                         " WHERE current AND NOT quarantined AND key_id IS NULL",
+    "word_set GIN (fuzzy's words)": "CREATE INDEX ON x.f USING gin (word_set) WHERE NOT quarantined",
     "title trigram GIN": "CREATE INDEX ON x.f USING gin (pipeline_id, title gin_trgm_ops) {with}"
                          " WHERE current AND NOT quarantined AND key_id IS NULL",
 }
-GIN = ("tsv GIN", "body trigram GIN", "title trigram GIN")
+GIN = ("tsv GIN", "body trigram GIN", "title trigram GIN", "word_set GIN (fuzzy's words)")
 GIN_SETTINGS = {
     "default (fastupdate, 4 MB pending list)": ("", ""),
     "fastupdate off": ("WITH (fastupdate = off)", ""),

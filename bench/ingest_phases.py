@@ -15,7 +15,7 @@ import time
 
 import psycopg
 
-from pgbraid.ingest import batches, bm25_index, bm25_merge, fragments, language, writer
+from pgbraid.ingest import batches, bm25_index, bm25_merge, dictionary, fragments, language, writer
 from pgbraid.ingest import prepare as P
 
 from .common import connect
@@ -65,10 +65,12 @@ def instrument() -> None:
     wrap(P, "detect", "  language detection (per document)")
     wrap(batches, "detect_languages", "  language detection (per batch)")
     wrap(P, "expand_code", "  code expansion")
+    wrap(P, "distinct_words", "  fuzzy words of each piece")
     wrap(fragments, "analyse", "analyse: to_tsvector x2 (own connection)")
     wrap(batches, "_write", "write transaction (under the lock)")
     wrap(batches, "write_new", "  documents + versions + fragments")
     wrap(fragments, "insert", "    fragments COPY + INSERT (indexes)")
+    wrap(dictionary, "add", "  fuzzy dictionary rows (INSERT ... ON CONFLICT)")
     wrap(bm25_index, "flush", "  bm25 flush (segment, postings, stats, tier merges)")
     wrap(bm25_index, "_pack", "    pack postings (numpy)")
     wrap(bm25_merge, "merge_tiers", "    tier merges")

@@ -195,7 +195,8 @@ def seal_fragment(sealed: Sealing, fragment_id: int, version: int, title: str | 
 def seal_fragments(sealed: Sealing | None, version: int, rows: list[dict[str, Any]]) -> None:
     """The one function that turns a writer's fragment rows into stored values: adds
     ``stored_title``, ``stored_section``, ``stored_body``, ``stored_metadata``, ``id`` (None:
-    the column default), ``key_id`` and ``words`` (fuzzy's distinct words) to each row.
+    the column default), ``key_id`` and ``words`` (fuzzy's distinct words, the row's
+    ``word_set``: ``distinct_words`` of its title, section and body) to each row.
     The plaintext keys stay for what is derived in SQL (tsvector, BM25 terms)."""
     for row in rows:
         if sealed is None:
@@ -211,7 +212,7 @@ def seal_fragments(sealed: Sealing | None, version: int, rows: list[dict[str, An
         row.update(id=fragment, key_id=sealed.key_id, stored_title=stored["title"],
                    stored_section=stored["section"], stored_body=stored["body"],
                    stored_metadata=psycopg.types.json.Jsonb(stored["metadata"]),
-                   words=distinct_words(row["title"], row["section"], row["body"]))
+                   words=row["word_set"])
 
 
 # -- reading --------------------------------------------------------------------------

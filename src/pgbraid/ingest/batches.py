@@ -2,8 +2,9 @@
 
 Preparing a batch (``_prepare``) is everything that needs no lock: chunking,
 language, hashes, which documents are unchanged, the text-search analysis of
-its pieces on a connection of its own (fragments.analyse) and, with an embedder,
-their vectors (ONNX releases the GIL). Writing it (``_write``) is one
+its pieces on a connection of its own (fragments.analyse), adding their words
+to fuzzy's dictionary (ingest/dictionary.py) and, with an embedder, their
+vectors (ONNX releases the GIL). Writing it (``_write``) is one
 transaction under the pipeline's BM25 lock: the documents new to the pipeline
 together (writer.write_new), the others one by one in savepoints, then the
 batch's postings as one segment per partition. So the lock is held only for
@@ -25,7 +26,7 @@ from ..embedders import Embedder
 from ..errors import KeyUnavailable, PgbraidError
 from ..pipelines import Pipeline
 from ..strategies.vector.store import check_vector
-from . import bm25_index, fragments
+from . import bm25_index, dictionary, fragments
 from .bm25_index import Pending
 from .guard import held_of
 from .prepare import Prepared, detect_languages, prepare
@@ -176,7 +177,8 @@ def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
 
 def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
              embedder: Embedder | None) -> Batch:
-    """Prepare, analyse and embed what is new in a batch (in the worker thread)."""
+    """Prepare, analyse and embed what is new in a batch (in the worker thread); its
+    words join fuzzy's dictionary in this transaction (ingest/dictionary.py)."""
     items: list[Prepared | ReadError] = []
     languages = iter(detect_languages([i for i in chunk if not isinstance(i, ReadError)], pipeline))
     for item in chunk:
@@ -197,17 +199,11 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
         batch = Batch(items, {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest})
         _analyse(conn, pipeline, batch)
         todo = _todo(batch)
-        if not pipeline.embedder:
-            for p in todo:
-                if p.doc.embedding is not None:
-                    _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
-                                    " remove the embedding field")
-            return batch
-        if not todo:
-            return batch
-        reusable = dict(conn.execute(_REUSABLE, {
-            "pipeline": pipeline.id,
-            "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
+        dictionary.add(conn, pipeline.id, {w for p in todo for piece in p.pieces
+                                           for w in piece.words.split()})
+        reusable = _reusable(conn, pipeline, batch, todo)
+    if reusable is None:
+        return batch
     for p in todo:
         try:
             _assign_vectors(p, pipeline, reusable)
@@ -220,6 +216,23 @@ def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
         except PgbraidError as exc:
             batch.embedding_failure = f"embedding failed: {exc.message}"
     return batch
+
+
+def _reusable(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
+              todo: list[Prepared]) -> dict | None:
+    """The vectors of current fragments with the hashes of the batch's new pieces (None:
+    the pipeline has no embedder, or nothing is new)."""
+    if not pipeline.embedder:
+        for p in todo:
+            if p.doc.embedding is not None:
+                _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
+                                " remove the embedding field")
+        return None
+    if not todo:
+        return None
+    return dict(conn.execute(_REUSABLE, {
+        "pipeline": pipeline.id,
+        "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
 
 
 def _todo(batch: Batch) -> list[Prepared]:

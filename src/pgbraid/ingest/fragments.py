@@ -28,32 +28,47 @@ from psycopg import sql
 
 from .. import encryption
 from ..pipelines import Pipeline
-from . import dictionary
 
 if TYPE_CHECKING:
-    from .prepare import Prepared
+    from .prepare import Piece, Prepared
 
 # Per piece, in order: the fulltext tsvector (as text: its input form is exact), and
 # BM25's length, lexemes and their frequencies from the code-expanded text, the last
 # two also as text (the rows' COPY sends them so: psycopg's array dumper, in Python,
-# took a quarter of the writer's CPU).
+# took a quarter of the writer's CPU). A piece whose BM25 text is its title and body
+# unchanged (``_one_pass``) is sent without it (NULL): its BM25 figures are read off
+# the fulltext vector, whose title (A) and body (C) parts hold the same lexemes with
+# the same counts, so to_tsvector runs once. Unless a lexeme there has 255 positions
+# or more: to_tsvector keeps at most 255 a lexeme and `||` 256, so the counts might
+# differ, and the text is analysed again.
 _ANALYSE = """
-SELECT CASE WHEN %(fulltext)s THEN
-           (setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
-            || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
-            || setweight(to_tsvector(x.c, x.b), 'C'))::text
-       END,
+SELECT v.tsv::text,
        coalesce(b.length, 0)::int, coalesce(b.terms, '{}'), coalesce(b.tfs, '{}'),
        coalesce(b.terms, '{}')::text, coalesce(b.tfs, '{}')::text
 FROM unnest(%(configs)s::regconfig[], %(titles)s::text[], %(sections)s::text[],
             %(bodies)s::text[], %(bm25)s::text[]) WITH ORDINALITY AS x(c, t, s, b, m, n)
 CROSS JOIN LATERAL (
+    SELECT CASE WHEN %(fulltext)s THEN
+           setweight(to_tsvector(x.c, coalesce(x.t, '')), 'A')
+           || setweight(to_tsvector(x.c, coalesce(x.s, '')), 'B')
+           || setweight(to_tsvector(x.c, x.b), 'C')
+    END AS tsv OFFSET 0) v  -- OFFSET 0: computed once, not at each use
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN x.m IS NULL AND NOT EXISTS (
+                    SELECT FROM unnest(v.tsv) u WHERE array_length(u.positions, 1) >= 255)
+                THEN v.tsv
+                ELSE to_tsvector(x.c, coalesce(x.m, coalesce(x.t, '') || E'\\n' || x.b))
+           END AS vector OFFSET 0) w
+CROSS JOIN LATERAL (
     SELECT sum(array_length(positions, 1)) AS length,
            array_agg(lexeme ORDER BY lexeme) AS terms,
            array_agg(array_length(positions, 1) ORDER BY lexeme) AS tfs
-    FROM unnest(to_tsvector(x.c, x.m))) AS b
+    FROM unnest(w.vector)) AS b
 ORDER BY x.n
 """
+# Past this many characters a text may have positions past tsvector's last (16,383),
+# which are merged: the two analyses could then count differently.
+_ONE_PASS_CHARS = 16_000
 
 COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section", "body",
            "language", "ts_config", "tsv", "metadata", "classifications", "bm25_ordinal",
@@ -94,7 +109,8 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
         "titles": [p.doc.title for p, _ in pieces],
         "sections": [piece.section for _, piece in pieces],
         "bodies": [piece.text for _, piece in pieces],
-        "bm25": [piece.bm25_text for _, piece in pieces],
+        "bm25": [None if _one_pass(pipeline, p, piece) else piece.bm25_text
+                 for p, piece in pieces],
     }
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(_ANALYSE, params).fetchall()
@@ -102,6 +118,17 @@ def analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: list["Prepared"
         piece.tsv = tsv
         piece.bm25 = (length, terms, tfs)
         piece.forward = tuple(forward)
+
+
+def _one_pass(pipeline: Pipeline, prepared: "Prepared", piece: "Piece") -> bool:
+    """Whether BM25's figures can be read off the piece's fulltext vector: its BM25 text
+    is the title and body as they are (the code expansion changed nothing), there is no
+    section (weight B, not in BM25's text), and nothing can join a word of the title to
+    one of the body (a tag, ``<...>``, is the parser's one token that spans whitespace)."""
+    title = prepared.doc.title or ""
+    return (pipeline.fulltext and piece.section is None and "<" not in title
+            and len(piece.bm25_text) < _ONE_PASS_CHARS
+            and piece.bm25_text == f"{title}\n{piece.text}")
 
 
 def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], ordinal: int,
@@ -117,18 +144,16 @@ def row(pipeline: Pipeline, prepared: "Prepared", owners: tuple[int, int, int], 
             "tsv": piece.tsv, "metadata": doc.metadata,
             "classifications": list(prepared.classifications), "bm25_ordinal": bm25_ordinal,
             "bm25_length": length, "bm25_terms": terms, "bm25_tfs": tfs, "title": doc.title,
-            "content_hash": piece.content_hash, "quarantined": quarantined}
+            "content_hash": piece.content_hash, "quarantined": quarantined,
+            "word_set": piece.words}
 
 
 def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
            rows: list[dict[str, Any]]) -> list[int]:
     """Insert fragment rows (``row``), as stored; their ids, in the rows' order. Rows
-    without an id (a plain pipeline's) get the column's default. Their distinct words
-    (``word_set``) join the pipeline's fuzzy dictionary."""
+    without an id (a plain pipeline's) get the column's default. (Their words join the
+    fuzzy dictionary at the end of the batch: ingest/dictionary.py.)"""
     stored = stored_fragments(sealing, rows)
-    for piece in stored:  # sent space-separated (words hold no whitespace), split in SQL
-        piece["word_set"] = encryption.distinct_words(piece["title"], piece["section"],
-                                                      piece["body"])
     columns = [c for c in COLUMNS if c != "id" or any(r["id"] is not None for r in stored)]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     values = sql.SQL(", ").join(
@@ -138,7 +163,8 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
     conn.execute(sql.SQL(
         "CREATE TEMPORARY TABLE {} ON COMMIT DROP AS"
         " SELECT {} FROM pgbraid.fragments WITH NO DATA").format(stage, names))
-    # psycopg's array dumper runs in Python: a text per row is a fraction of its cost.
+    # psycopg's array dumper runs in Python: a text per row is a fraction of its cost
+    # (word_set goes space-separated, as its words hold no whitespace, split in SQL).
     conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN word_set TYPE text").format(stage))
     with conn.cursor() as cur:
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, names)) as copy:
@@ -153,9 +179,6 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
             (rows[0]["pipeline_id"],))
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
-    if stored:
-        dictionary.add(conn, stored[0]["pipeline_id"], (r["word_set"].split(" ") for r in stored
-                                                        if r["word_set"]))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
 
 

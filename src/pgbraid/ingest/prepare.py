@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..encryption import distinct_words
 from ..errors import InvalidRequest
 from ..models import DEFAULT_CLASSIFICATION
 from ..pipelines import Pipeline
@@ -36,6 +37,8 @@ class Piece:
     bm25: tuple[int, list[str], list[int]] = (0, [], [])
     forward: tuple[str, str] = ("{}", "{}")
     """BM25's terms and tfs as PostgreSQL array literals (fragments.analyse)."""
+    words: str = ""
+    """fuzzy's words of the piece (``fragments.word_set``; encryption.distinct_words)."""
 
 
 @dataclass
@@ -74,7 +77,8 @@ def prepare(doc: SourceDocument, pipeline: Pipeline, detected: str | None = None
         embedded = embedding_text(doc.title, piece.text)
         pieces.append(Piece(piece.text, piece.section, doc_config,
                             expand_code(f"{doc.title or ''}\n{piece.text}"),
-                            hashlib.sha256(embedded.encode()).hexdigest()))
+                            hashlib.sha256(embedded.encode()).hexdigest(),
+                            words=distinct_words(doc.title, piece.section, piece.text)))
     return Prepared(doc, classifications, content_hash(doc, classifications), pieces)
 
 
