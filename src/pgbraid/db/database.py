@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -30,6 +31,10 @@ APP_ROLE = "pgbraid_app"
 LEG_WAIT_S = 0.2
 """How long a leg waits for a pooled connection of its own before it runs, in turn,
 on the search's main session instead (same snapshot either way)."""
+SET_LOCALS = 256
+"""How many composed sets of SET LOCAL statements a process keeps (set_local)."""
+_SET_LOCALS: OrderedDict[tuple, tuple[bytes, ...]] = OrderedDict()
+_SET_LOCALS_LOCK = threading.Lock()
 
 
 class Database:
@@ -298,12 +303,7 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
     setting a plain server keeps as an unused placeholder). Without it a worker would
     check row-level security with no tenant (no rows: failing closed) and rank with
     its default thresholds."""
-    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
-    if role is not None:
-        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
-    statements += [sql.SQL("SET LOCAL {} = {}").format(
-        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
-        for name, value in settings.items()]
+    statements = _set_local_statements(conn, tuple(settings.items()), role)
     # One statement each (a multi-statement string cannot be prepared, and a snapshot
     # sends these in pipeline mode, which prepares), in one round trip all the same.
     # Inside a pipeline already (a snapshot's opening), they are queued in it: psycopg
@@ -317,6 +317,31 @@ def set_local(conn: psycopg.Connection, settings: dict[str, str],
     with conn.pipeline():
         for statement in statements:
             conn.execute(statement)
+
+
+def _set_local_statements(conn: psycopg.Connection, settings: tuple[tuple[str, str], ...],
+                          role: sql.Composable | None) -> tuple[bytes, ...]:
+    """The SET LOCAL statements, composed once per (settings, role, encoding) in this
+    process (every search sends the tenant's; composing them anew cost more client
+    time than the server spent running them: docs/benchmarks.md)."""
+    key = (settings, repr(role), conn.info.encoding)
+    with _SET_LOCALS_LOCK:
+        found = _SET_LOCALS.get(key)
+        if found is not None:
+            _SET_LOCALS.move_to_end(key)
+            return found
+    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
+    if role is not None:
+        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
+    statements += [sql.SQL("SET LOCAL {} = {}").format(
+        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
+        for name, value in settings]
+    composed = tuple(statement.as_bytes(conn) for statement in statements)
+    with _SET_LOCALS_LOCK:
+        _SET_LOCALS[key] = composed
+        while len(_SET_LOCALS) > SET_LOCALS:
+            _SET_LOCALS.popitem(last=False)
+    return composed
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

@@ -36,7 +36,6 @@ bm25_history.py ranks the forward index of the fragments valid then.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -277,9 +276,6 @@ class BM25(Strategy):
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
         hits, checked, rounds = _verify(conn, ranking, scope, k, ending=context.ends_snapshot)
-        matched = ranking.matched([ordinal for _, ordinal in hits])
-        hits = [dataclasses.replace(row, matched_terms=names)
-                for (row, _), names in zip(hits, matched)]
         pruning = ranking.stats
         details.update(postings=pruning.postings, postings_scored=pruning.scored,
                        postings_fetched=fetched, candidates=pruning.candidates,
@@ -294,8 +290,9 @@ class BM25(Strategy):
 
 
 def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
-            ending: bool = False) -> tuple[list[tuple[Row, int]], int, int]:
-    """The k best in-scope fragments: candidates in score order, widening each round.
+            ending: bool = False) -> tuple[list[Row], int, int]:
+    """The k best in-scope fragments, with their matched terms: candidates in score
+    order, widening each round.
 
     ``ending`` (nothing runs after this strategy) and no metadata filter: the first
     round's statement ends the snapshot with it (run_last). Without a filter no
@@ -306,7 +303,7 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
         return [], 0, 0
     where, params = scope.where("f")
     statement = sql.SQL(_VERIFY).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
-    found: list[tuple[Row, int]] = []
+    found: list[dict[str, Any]] = []
     checked = rounds = 0
     ended = False
     # Block-max prunes by the width-th best score: ask for k first (most searches keep
@@ -316,17 +313,20 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
         if ended:
             raise SnapshotEnded("bm25 needs another round of candidates")
         rounds += 1
-        values = {**params, "candidates": batch.tolist(), "k": k - len(found)}
+        # An int[] literal: psycopg's list dumper costs more per candidate in Python.
+        values = {**params, "candidates": "{" + ",".join(map(str, batch.tolist())) + "}",
+                  "k": k - len(found)}
         ended = ending and not scope.filters
         if ended:
             rows = run_last(conn, statement, values, row_factory=dict_row)
         else:
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(statement, values).fetchall()
-        for row in rows:
-            ordinal = row.pop("ordinal")
-            found.append((Row(**row, score=ranking.score(ordinal)), ordinal))
+        found += rows
         checked += len(batch)
         if len(found) >= k:
             break
-    return found, checked, rounds
+    ordinals = [row.pop("ordinal") for row in found]
+    return [Row(**row, score=ranking.score(ordinal), matched_terms=names)
+            for row, ordinal, names in zip(found, ordinals, ranking.matched(ordinals))
+            ], checked, rounds

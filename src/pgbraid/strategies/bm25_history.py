@@ -22,7 +22,6 @@ Cost: two statements, each a scan of the pipeline's fragments valid at as_of
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -92,10 +91,7 @@ def run_as_of(conn: psycopg.Connection, pipeline: Pipeline, request: SearchReque
     ranking = Ranking(terms, size, np.zeros(0, dtype=np.int64),
                       (k1, b, total / n if n else 1.0),
                       pruning=strategy.param(request, "pruning"))
-    hits, checked, rounds = bm25._verify(conn, ranking, scope, k)
-    matched = ranking.matched([ordinal for _, ordinal in hits])
-    found = [dataclasses.replace(row, matched_terms=names)
-             for (row, _), names in zip(hits, matched)]
+    found, checked, rounds = bm25._verify(conn, ranking, scope, k)
     stats = ranking.stats
     details.update(postings=stats.postings, postings_scored=stats.scored,
                    candidates=stats.candidates, exhaustive=stats.exhaustive,
