@@ -60,14 +60,16 @@ def test_search_human_output_is_a_table_with_trace(env, cli_pipeline):
 def test_batch_mode_prints_one_json_line_per_query(env, cli_pipeline, tmp_path):
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"id": "q1", "query": "pump"}\n{"id": 2, "query": "boiler water"}\n'
-                       '{"id": "q3", "query": ""}\n')
+                       '{"id": "q3", "query": ""}\n{"id": "q4", "query": "pump", "type": "bm25"}\n')
     result = run(env, "search", cli_pipeline, "--queries", str(queries), "--k", "2")
     assert result.exit_code == 0, result.stdout
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [line["id"] for line in lines] == ["q1", "2", "q3"]
+    assert [line["id"] for line in lines] == ["q1", "2", "q3", "q4"]
     assert lines[0]["hits"][0]["document_id"] == "d1"
     assert lines[1]["hits"][0]["document_id"] == "d3"
     assert lines[2]["error"]["code"] == "invalid_request"
+    assert lines[3]["error"]["code"] == "invalid_request"  # a per-line type is not honoured:
+    assert lines[3]["error"]["details"]["field"] == "type"  # refused by name, not ignored
 
 
 def test_eval_prints_the_measures(env, cli_pipeline, tmp_path):

@@ -155,3 +155,23 @@ def test_a_batch_mixing_new_changed_repeated_and_failing_documents(client, pipel
     assert client.search(pipeline, "pump", type="bm25", classification="mixedbatch").hits == ()
     assert client.search(pipeline, "old", type="bm25").hits == ()
     index_state(client, pipeline)
+
+
+def test_a_bulk_ingest_leaves_no_pending_gin_entries(client, pipeline, monkeypatch):
+    """Searches right after a bulk load do not read GIN pending lists (writes.MERGE_PENDING);
+    the dictionary's list is short (migration 046)."""
+    from pgbraid import writes
+
+    monkeypatch.setattr(writes, "ANALYZE_AFTER", 10)
+    client.ingest(pipeline, [{"id": f"bulk-{i}", "text": f"pending list word{i} entry{i * 7}"}
+                             for i in range(40)])
+    with client._db.admin() as conn:
+        left = conn.execute(
+            "SELECT c.relname, gin_clean_pending_list(i.indexrelid) FROM pg_index i"
+            " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+            " WHERE a.amname = 'gin' AND i.indrelid IN ('pgbraid.fragments'::regclass,"
+            " 'pgbraid.fuzzy_words'::regclass)").fetchall()
+        options = conn.execute("SELECT reloptions FROM pg_class"
+                               " WHERE oid = 'pgbraid.fuzzy_words_trgm'::regclass").fetchone()[0]
+    assert len(left) >= 4 and all(pages == 0 for _, pages in left), left
+    assert sorted(options) == ["fastupdate=on", "gin_pending_list_limit=256"]

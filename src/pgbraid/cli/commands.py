@@ -294,13 +294,20 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
 
+BATCH_FIELDS = {"id", "_id", "query", "text", "metadata"}  # what read_queries reads (BEIR too)
+
+
 def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
            classification: Optional[str], filter_: Optional[str], params: Optional[str],
            group_by: str, distance: str, as_of: Optional[str] = None) -> None:
     from ..evaluation import read_queries
 
-    for qid, text, _ in read_queries(path):
+    for qid, text, record in read_queries(path):
         try:
+            if unknown := sorted(set(record) - BATCH_FIELDS):
+                raise InvalidRequest(
+                    f"unknown field {unknown[0]!r}: a --queries line holds id and query (the "
+                    f"type, k and params of every line come from the options)", field=unknown[0])
             response = client.search(pipeline, **_request(
                 text, type_, k, classification, filter_, params, group_by, distance, as_of))
             emit({**response.model_dump(mode="json"), "id": qid})
