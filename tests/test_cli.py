@@ -176,3 +176,19 @@ def test_the_next_page_cursor_prints_on_one_line_whatever_the_width(env, cli_pip
     following = run(env, "search", cli_pipeline, "maintenance", "--type", "bm25", "--k", "1",
                     "--cursor", cursor)
     assert following.exit_code == 0, following.stdout
+
+
+def test_an_ingest_failing_every_record_names_20_hints_the_id_field_and_writes_nothing(
+        env, pipeline, client, tmp_path):
+    corpus = tmp_path / "beir.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "t", "text": f"body {i}"}) + "\n"
+                              for i in range(25)))
+    result = run(env, "ingest", pipeline, str(corpus))
+    assert result.exit_code == 1, result.stdout
+    failed = [line for line in result.stdout.splitlines() if line.startswith("failed ")]
+    assert len(failed) == 20
+    assert "missing or empty id field 'id' (the record has '_id': --id-field names it)" in failed[0]
+    assert "... and 5 more failures (--json lists every one)" in result.stdout
+    assert "added 0" in result.stdout and "failed 25" in result.stdout
+    listed = run(env, "ingest", pipeline, str(corpus), "--json")
+    assert len(json.loads(listed.stdout)["failed"]) == 25

@@ -231,8 +231,11 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(
             for skipped in report.skipped:
                 console.print(f"[yellow]skipped[/yellow] {skipped.source}: {skipped.reason}",
                               soft_wrap=True)
-            for failure in report.failed:
+            for failure in report.failed[:FAILURES_SHOWN]:
                 console.print(f"[red]failed[/red] {failure.source}: {failure.message}", soft_wrap=True)
+            if len(report.failed) > FAILURES_SHOWN:
+                console.print(f"[red]... and {len(report.failed) - FAILURES_SHOWN} more failures"
+                              f"[/red] (--json lists every one)")
             console.print(f"added {report.added}, updated {report.updated}, unchanged "
                           f"{report.unchanged}, failed {len(report.failed)}, "
                           f"fragments written {report.fragments}"
@@ -293,6 +296,8 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
             query, type_, k, classification, filter_, params, group_by, distance, as_of, cursor))
         emit(response.model_dump(mode="json")) if as_json else show_search(response)
 
+
+FAILURES_SHOWN = 20  # failed documents the text output names; --json names all
 
 BATCH_FIELDS = {"id", "_id", "query", "text", "metadata"}  # what read_queries reads (BEIR too)
 

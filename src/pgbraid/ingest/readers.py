@@ -216,7 +216,10 @@ def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), 
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
     if not isinstance(doc_id, str) or not doc_id.strip():
-        raise InvalidRequest(f"missing or empty id field {fields.id!r}", field=fields.id)
+        hint = ""
+        if fields.id not in record and (ids := [k for k in record if "id" in str(k).lower()]):
+            hint = f" (the record has {', '.join(map(repr, ids[:3]))}: --id-field names it)"
+        raise InvalidRequest(f"missing or empty id field {fields.id!r}{hint}", field=fields.id)
     validate_document_id(doc_id, fields.id)
     text = _text(record, fields)
     title = record.get(fields.title)
