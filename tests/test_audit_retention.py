@@ -19,7 +19,7 @@ from pgbraid.cli import app
 from pgbraid.errors import BackendUnavailable, Forbidden, InvalidRequest
 
 from .serving import Served, served, tenant_client  # noqa: F401  (fixture)
-from .test_isolation_catalog import _owned_database
+from .external import owned_database
 
 runner = CliRunner()
 CHANGES = ("UPDATE pgbraid.audit_log SET action = 'key.use'",
@@ -147,7 +147,7 @@ def test_the_trigger_still_refuses_the_app_role_and_the_owner_after_a_purge(tena
 
 
 def test_an_owner_that_is_no_superuser_purges_through_the_function_only(server, superuser):
-    with _owned_database(server, superuser) as dsn:
+    with owned_database(server, superuser) as dsn:
         with pgbraid.connect(dsn=dsn, tenant="owner-purge") as client:
             _aged(client, "old", timedelta(days=90))
             _aged(client, "kept", timedelta(days=10))
