@@ -103,6 +103,10 @@ def test_writes_keys_and_refusals_are_recorded_in_their_tenant_only(tenant, data
         ("document.delete", "docs/a"), ("key.create", public), ("key.revoke", key["id"]),
         ("pipeline.delete", "docs")]
     by_action = {e["action"]: e for e in events}
+    created = by_action["pipeline.create"]["detail"]  # typed as JSON types them, not "True"
+    assert created["embedder"] is None and created["encryption"] is None
+    assert all(not isinstance(v, str) or v not in ("True", "False", "None")
+               for v in created.values()), created
     assert by_action["document.ingest"]["detail"] == {"added": 1, "updated": 0,
                                                       "unchanged": 0, "failed": 0}
     # Refusals are counted per key and minute (one each here: one row each).

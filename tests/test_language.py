@@ -61,3 +61,27 @@ def test_batch_detection_matches_the_model_text_by_text():
     assert language.detect_many(texts, default="simple", min_confidence=0.5) == [
         language.detect(t, default="simple", min_confidence=0.5) for t in texts]
     assert {c for c, _ in expected} >= {"en", "de", "fr", "es", "ru", "el"}
+
+
+def test_the_model_loads_from_its_uncompressed_copy_the_same(monkeypatch, tmp_path):
+    """The first load writes the model without its xz into the cache directory; the next
+    process loads that copy, and classifies exactly as the packed model does. A damaged
+    copy or a directory that cannot be written falls back to the packed model."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    packed = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    packed.set_languages(sorted(language.CONFIGS))
+    expected = [packed.classify(text) for text in _texts()]
+    monkeypatch.setenv("PGBRAID_CACHE_DIR", str(tmp_path / "cache"))
+    for round_ in ("writes the copy", "reads it"):
+        monkeypatch.setattr(language, "_loaded", [])
+        assert language.classify_many(_texts()) == expected, round_
+    copies = list((tmp_path / "cache").glob("langid-*.npz"))
+    assert len(copies) == 1 and not list((tmp_path / "cache").glob("*.part"))
+    copies[0].write_bytes(b"not a zip file")
+    monkeypatch.setattr(language, "_loaded", [])
+    assert language.classify_many(_texts()) == expected
+    (tmp_path / "blocked").write_text("a file where the directory should be")
+    monkeypatch.setenv("PGBRAID_CACHE_DIR", str(tmp_path / "blocked" / "cache"))
+    monkeypatch.setattr(language, "_loaded", [])
+    assert language.classify_many(_texts()) == expected
