@@ -9,16 +9,22 @@
 -- it gets from nowhere but the token. The function sets it for its one query and
 -- clears it again. (A superuser owner, as on the embedded server, reads past
 -- row-level security anyway; pgbraid_app gets no policy at all.)
-DROP POLICY IF EXISTS key_lookup ON pgbraid.api_keys;
-CREATE POLICY key_by_digest ON pgbraid.api_keys FOR SELECT TO CURRENT_USER
-    USING (encode(digest, 'hex') = current_setting('pgbraid.key_digest', true));
-
+-- Each statement is its own EXECUTE: on a Citus coordinator whose schema is already
+-- distributed, a statement of a multi-statement string is sent on to the workers as the
+-- whole string, which they refuse ("cannot insert multiple commands into a prepared
+-- statement"); tests/test_cluster.py upgrades such a schema.
+DO $migration$
+BEGIN
+    EXECUTE 'DROP POLICY IF EXISTS key_lookup ON pgbraid.api_keys';
+    EXECUTE $sql$CREATE POLICY key_by_digest ON pgbraid.api_keys FOR SELECT TO CURRENT_USER
+        USING (encode(digest, 'hex') = current_setting('pgbraid.key_digest', true))$sql$;
+    EXECUTE $sql$
 CREATE OR REPLACE FUNCTION pgbraid.api_key_by_digest(key_digest bytea)
 RETURNS TABLE (id text, tenant_id text, digest bytea, pipeline text, permissions text[],
                classifications text[], tenant_admin boolean, revoked boolean, expired boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
+AS $body$
 BEGIN
     PERFORM set_config('pgbraid.key_digest', coalesce(encode(key_digest, 'hex'), ''), true);
     RETURN QUERY
@@ -28,6 +34,8 @@ BEGIN
         FROM pgbraid.api_keys k WHERE k.digest = key_digest;
     PERFORM set_config('pgbraid.key_digest', '', true);
 END
-$$;
-REVOKE ALL ON FUNCTION pgbraid.api_key_by_digest(bytea) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgbraid.api_key_by_digest(bytea) TO pgbraid_app;
+$body$$sql$;
+    EXECUTE 'REVOKE ALL ON FUNCTION pgbraid.api_key_by_digest(bytea) FROM PUBLIC';
+    EXECUTE 'GRANT EXECUTE ON FUNCTION pgbraid.api_key_by_digest(bytea) TO pgbraid_app';
+END
+$migration$;
