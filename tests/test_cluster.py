@@ -149,3 +149,27 @@ def test_a_tenant_policy_holds_on_the_workers_only_when_set_local(cluster):
         finally:
             conn.execute(sql.SQL("DROP TABLE {}").format(ident))
             conn.execute(sql.SQL("DROP ROLE {}").format(who))
+
+
+def test_a_distributed_schema_upgrades_through_every_later_migration(citus_dir, tmp_path):
+    """A coordinator whose schema was distributed by an older pgbraid (here: migrated up to
+    030, when distribution came, and distributed) takes every later migration: a DDL
+    statement on a distributed or reference table is sent on to the workers, which refuse
+    a multi-statement string (migration 044 did that before it was one DO block)."""
+    from pgbraid.db.migrations import migrate, migration_files
+
+    cluster = LocalCluster(citus_dir, folder=tmp_path / "nodes")
+    status = cluster.start(workers=1)
+    try:
+        with psycopg.connect(status["coordinator"]["dsn"], autocommit=True) as conn:
+            migrate(conn, until=30)
+            assert conn.execute("SELECT count(*) FROM pg_dist_partition").fetchone()[0] > 0
+            later = migrate(conn)
+        assert later == [name for version, name, _ in migration_files() if version > 30]
+        with pgbraid.connect(dsn=status["coordinator"]["dsn"]) as client:
+            name = f"u-{uuid.uuid4().hex[:10]}"
+            client.create_pipeline(name, embedder="none")
+            client.ingest(name, [{"id": "a", "text": "upgraded reactor maintenance"}])
+            assert [h.document_id for h in client.search(name, "reactor", type="bm25").hits] == ["a"]
+    finally:
+        cluster.stop()
