@@ -11,6 +11,10 @@ from .errors import InvalidRequest
 MEASURES = ("nDCG@10", "R@100", "RR@10")
 
 
+QUERY_FIELDS = frozenset({"id", "_id", "query", "text", "metadata"})
+"""What a queries line may hold: read_queries reads the first four; BEIR's have metadata."""
+
+
 def read_queries(path: Path, *, id_field: str | None = None,
                  text_field: str | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(id, query, record) from JSONL; ids from 'id' or '_id', text from 'query' or 'text'."""

@@ -34,14 +34,6 @@ WHERE a.amname = 'gin'
 """
 
 
-def _as_json(value: Any) -> Any:
-    """An option as the audit's JSON keeps it: its own type where JSON has one."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)
-    return str(value)
-
 
 class Writes:
     """Mixed into Client."""
@@ -70,7 +62,7 @@ class Writes:
             if source is not None:
                 pipelines.set_setting(conn, name, "live", source.model_dump(mode="json"))
             audit.record(conn, self.principal, "pipeline.create", name,
-                         {"embedder": chosen, **{k: _as_json(v) for k, v in options.items()}})
+                         {"embedder": chosen, **options})  # as validated: JSON types
         if chosen:
             try:
                 with self._db.admin() as conn:  # index DDL needs the table owner

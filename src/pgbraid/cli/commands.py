@@ -299,17 +299,16 @@ def search(pipeline: str, query: Optional[str] = typer.Argument(None),
 
 FAILURES_SHOWN = 20  # failed documents the text output names; --json names all
 
-BATCH_FIELDS = {"id", "_id", "query", "text", "metadata"}  # what read_queries reads (BEIR too)
 
 
 def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
            classification: Optional[str], filter_: Optional[str], params: Optional[str],
            group_by: str, distance: str, as_of: Optional[str] = None) -> None:
-    from ..evaluation import read_queries
+    from ..evaluation import QUERY_FIELDS, read_queries
 
     for qid, text, record in read_queries(path):
         try:
-            if unknown := sorted(set(record) - BATCH_FIELDS):
+            if unknown := sorted(set(record) - QUERY_FIELDS):
                 raise InvalidRequest(
                     f"unknown field {unknown[0]!r}: a --queries line holds id and query (the "
                     f"type, k and params of every line come from the options)", field=unknown[0])

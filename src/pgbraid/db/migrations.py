@@ -177,6 +177,8 @@ def _is_superuser(conn: psycopg.Connection) -> bool:
 def superuser_steps(conn: psycopg.Connection) -> list[str]:
     """``needs_superuser`` as text for a DBA (``pgbraid migrate`` prints it), logged as a
     warning on the ``pgbraid.db`` logger when there is any."""
+    if _is_superuser(conn):
+        return []  # migrate has just run them
     shown = [statement.as_string(conn) + ";" for statement in needs_superuser(conn)]
     if shown:
         logger.warning("the login that migrated (%s) is no superuser: search is correct but "

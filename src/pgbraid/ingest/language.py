@@ -73,13 +73,17 @@ def _uncompressed(source: Path) -> Path | None:
     target = cache_dir() / f"langid-{stat.st_size}-{stat.st_mtime_ns}.npz"
     if target.exists():
         return target
+    part = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
+            part = Path(tmp.name)
             with lzma.open(source) as packed:
                 shutil.copyfileobj(packed, tmp, length=1 << 20)
-        os.replace(tmp.name, target)
+        os.replace(part, target)
     except OSError:
+        if part is not None:
+            part.unlink(missing_ok=True)  # no 68 MB part file left behind
         return None
     return target
 
