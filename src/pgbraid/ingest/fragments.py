@@ -194,9 +194,13 @@ def defer_index_merge(conn: psycopg.Connection, batch: list["Prepared"]) -> None
     the caller merges them, after commit and outside the pipeline's lock
     (batches.ingest's ``merge``): a limit sized to hold the whole batch. Indexes with a
     limit of their own (fuzzy's dictionary, migration 046) keep it."""
-    chars = sum(len(p.doc.text or "") + len(p.doc.title or "") for p in batch)
-    limit = min(MAX_PENDING_KB, max(DEFAULT_PENDING_KB, PENDING_BYTES_PER_CHAR * chars // 1024))
+    limit = pending_limit_kb(sum(len(p.doc.text or "") + len(p.doc.title or "") for p in batch))
     conn.execute("SELECT set_config('gin_pending_list_limit', %s, true)", (str(limit),))
+
+
+def pending_limit_kb(chars: int) -> int:
+    """A pending list limit (kB) that holds the entries of texts of ``chars`` characters."""
+    return min(MAX_PENDING_KB, max(DEFAULT_PENDING_KB, PENDING_BYTES_PER_CHAR * chars // 1024))
 
 
 def _dumpable(name: str, value: Any) -> Any:
