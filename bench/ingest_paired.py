@@ -12,8 +12,11 @@ including the 3 s after it, when autovacuum cleans up) and the load average.
 
 Both must leave the same index: a digest of each pipeline's BM25 statistics, its
 postings per term (in ordinal order, whatever the segments), its forward index,
-fulltext tsvectors and fuzzy word sets, its fuzzy dictionary and its versions'
-languages is compared run by run.
+fulltext tsvectors and fuzzy word sets, its fuzzy dictionary, its versions'
+languages and the top 10 of bm25, fulltext and fuzzy for 60 SciFact test queries is
+compared run by run. "locked writes": the wall time of the batches' write
+transactions, which hold the pipeline's index lock (what a second process on the
+pipeline waits for).
 """
 
 from __future__ import annotations
@@ -85,6 +88,39 @@ def digest(conn, pipeline_id: int) -> dict[str, str]:
             "versions": hashed(conn.execute(_VERSIONS, (pipeline_id,)))}
 
 
+SEARCHES = 60  # SciFact test queries whose results (ids, scores) each type must give alike
+TYPES = ("bm25", "fulltext", "fuzzy")
+
+
+def searched(client, name: str) -> str:
+    """The top 10 of each type for the first SciFact test queries, hashed."""
+    from .lexical import scifact_queries
+
+    results = []
+    for _, text in scifact_queries()[0][:SEARCHES]:
+        for kind in TYPES:
+            hits = client.search(name, text[:200], type=kind, params={"k": 10}).hits
+            # sorted: ties are broken by fragment ids, which are random (migration 011)
+            results.append(sorted((h.document_id, round(h.score, 9)) for h in hits))
+    return hashlib.sha256(repr(results).encode()).hexdigest()[:16]
+
+
+def _timing_writes(held: list[float]) -> None:
+    """Add the wall time of each batch's write transaction (under the lock) to held[0]."""
+    from pgbraid.ingest import batches
+
+    write = batches._write
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return write(*args, **kwargs)
+        finally:
+            held[0] += time.perf_counter() - started
+
+    batches._write = timed
+
+
 def worker(docs: int) -> None:
     """One ingest into a fresh pipeline (run with the checkout's src first on sys.path)."""
     import pgbraid
@@ -93,6 +129,8 @@ def worker(docs: int) -> None:
     from .common import connect
     from .ingest import records, server_cpu
 
+    held = [0.0]
+    _timing_writes(held)
     rows = records()[:docs]
     client = connect()
     language._identifier()
@@ -109,8 +147,9 @@ def worker(docs: int) -> None:
         pipeline = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s",
                                 (name,)).fetchone()[0]
         parts = digest(conn, pipeline)
+    parts["searches"] = searched(client, name)
     client.delete_pipeline(name)
-    print(json.dumps({"wall": wall, "client_cpu": cpu, "server_cpu": during,
+    print(json.dumps({"wall": wall, "locked": held[0], "client_cpu": cpu, "server_cpu": during,
                       "server_cpu_settled": after, "fragments": report.fragments,
                       "failed": len(report.failed), "load": load, "digest": parts,
                       "package": str(Path(pgbraid.__file__).parent)}))
@@ -158,7 +197,8 @@ def main() -> None:
             assert not result["failed"], f"{side}: documents failed"
             runs[side].append(result)
             console.print(f"round {i + 1} {side}: {result['wall']:.1f} s wall,"
-                          f" {result['fragments'] / result['wall']:.0f} fragments/s, client"
+                          f" {result['fragments'] / result['wall']:.0f} fragments/s, writes"
+                          f" under the lock {result['locked']:.1f} s, client"
                           f" {result['client_cpu']:.1f} s + server {result['server_cpu']:.1f}"
                           f" s CPU (settled {result['server_cpu_settled']:.1f}), load"
                           f" {result['load']:.1f}")
@@ -177,12 +217,13 @@ def report(runs: dict[str, list[dict]]) -> None:
             return statistics.median(r[key] for r in results)
 
         rows.append([side, f"{med('wall'):.1f}", f"{fragments / med('wall'):.0f}",
+                     f"{med('locked'):.1f}",
                      f"{1000 * med('client_cpu') / fragments:.2f}",
                      f"{1000 * med('server_cpu') / fragments:.2f}",
                      f"{1000 * statistics.median(r['client_cpu'] + r['server_cpu_settled'] for r in results) / fragments:.2f}",
                      f"{med('load'):.1f}"])
     table("Lexical ingestion, paired (medians)",
-          ["", "wall s", "fragments/s", "client CPU-ms/frag", "server CPU-ms/frag",
+          ["", "wall s", "fragments/s", "locked writes s", "client CPU-ms/frag", "server CPU-ms/frag",
            "total CPU-ms/frag (incl. settle)", "load avg"], rows)
     same = all(b["digest"] == n["digest"] for b, n in zip(runs["base"], runs["new"]))
     console.print(f"indexes identical in every round: {same}")
