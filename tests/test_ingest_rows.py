@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import random
+import re
+
 from pgbraid.encryption import distinct_words
+from pgbraid.ingest import tokens
 from pgbraid.ingest.fragments import array_literal
 
 from .conftest import shared
@@ -32,9 +38,6 @@ def _distinct_words_as_before(*texts: str | None) -> str:
 
 
 def test_distinct_words_are_each_word_stripped_then_lowered():
-    import gzip
-    import json
-
     texts = ["İstanbul'S (İZMIR) ΣΊΣΥΦΟΣ. straße STRASSE «Ǆ»", '"quoted" [x] {y} ...', "", None,
              "tab\there\u00a0nbsp\u2003em Ⅻ ⅻ ǅungla"]
     with gzip.open(shared("beir_scifact", "corpus.jsonl.gz"), "rt") as handle:
@@ -43,3 +46,36 @@ def test_distinct_words_are_each_word_stripped_then_lowered():
             texts.append(record["title"] + "\n" + record["text"])
     for text in texts:
         assert distinct_words("Title", None, text) == _distinct_words_as_before("Title", None, text)
+
+
+# The tokens tokens.expand_code rewrites, as one pattern (its first form: a sub() of it).
+_CANDIDATE = re.compile(
+    r"(?<!\S)\S*?(?:_|[a-z][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9_]\.[A-Za-z_]|[A-Za-z0-9]-\d)\S*")
+
+
+def _expanded_as_before(text: str) -> str:
+    return _CANDIDATE.sub(lambda m: tokens._CHUNK.sub(tokens._rewrite, m.group(0)), text)
+
+
+def _texts(*path: str, field: str = "text", limit: int = 600):
+    with gzip.open(shared(*path), "rt") as handle:
+        for _, line in zip(range(limit), handle):
+            yield json.loads(line)[field]
+
+
+def test_code_expansion_rewrites_the_tokens_the_pattern_finds():
+    texts = [*_texts("godot_docs", "godot_docs_rst.jsonl.gz"),
+             *_texts("beir_scifact", "corpus.jsonl.gz"), *_texts("cisi", "corpus.jsonl.gz"),
+             "CVE-2021-44228 a_b.c_d x.Y Input.is_action_pressed() (IL-6) e.g. ..a_ _ -1 A-1",
+             "\u00a0snake_case\u2003camelCase\u3000HTTPServer\nend_ ", ""]
+    with gzip.open(shared("cisa_kev", "known_exploited_vulnerabilities.json.gz"), "rt") as handle:
+        texts += [json.dumps(v) for v in json.load(handle)["vulnerabilities"][:300]]
+    rnd = random.Random(16)
+    alphabet = "aZb_.-19 \n\t\u00a0\u2003xYQ.._--"
+    texts += ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 30)))
+              for _ in range(20_000)]
+    changed = 0
+    for text in texts:
+        assert tokens.expand_code(text) == _expanded_as_before(text), text[:200]
+        changed += tokens.expand_code(text) != text
+    assert changed > 1000
