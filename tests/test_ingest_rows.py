@@ -1,4 +1,4 @@
-"""The values fragments.insert hands COPY as text read back as what they stand for."""
+"""What ingestion makes of a text before PostgreSQL analyses it."""
 
 from __future__ import annotations
 
@@ -8,27 +8,8 @@ import random
 import re
 
 from pgbraid.ingest import tokens
-from pgbraid.ingest.fragments import array_literal
 
 from .conftest import shared
-
-AWKWARD = [(), ("public",), ("a,b", 'say "hi"', "back\\slash", "{braces}", " padded ", "NULL",
-                "ünïcode", "")]
-
-
-def test_array_literals_read_back_as_the_lists(client):
-    with client._db.admin() as conn:
-        for values in AWKWARD:
-            literal = array_literal(values)
-            back = conn.execute("SELECT %s::text[]", (literal,)).fetchone()[0]
-            assert back == list(values), literal
-            # and through COPY's text format, as fragments.insert sends it
-            conn.execute("CREATE TEMPORARY TABLE IF NOT EXISTS rows_in (c text[])")
-            conn.execute("TRUNCATE rows_in")
-            with conn.cursor().copy("COPY rows_in (c) FROM STDIN") as copy:
-                copy.write_row([literal])
-            assert conn.execute("SELECT c FROM rows_in").fetchone()[0] == list(values)
-
 
 # The tokens tokens.expand_code rewrites, as one pattern (its first form: a sub() of it).
 _CANDIDATE = re.compile(

@@ -20,7 +20,6 @@ through them, after analysis, which reads the plain text.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
@@ -205,14 +204,4 @@ def pending_limit_kb(chars: int) -> int:
 
 
 def _dumpable(name: str, value: Any) -> Any:
-    if name == "classifications":
-        return array_literal(tuple(value))
     return psycopg.types.json.Jsonb(value) if name == "metadata" and isinstance(value, dict) else value
-
-
-@lru_cache(maxsize=1024)
-def array_literal(values: tuple[str, ...]) -> str:
-    """A text[] value in PostgreSQL's input form, every element quoted: what COPY reads
-    in a row (psycopg's list dumper, in Python, cost the locked write ~40 us a row)."""
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return "{" + ",".join(quoted) + "}"
