@@ -76,6 +76,9 @@ class Writes:
         self.principal.require(name, "admin")
         with self._session() as conn:
             pipeline = pipelines.get(conn, name)
+            bound = guard.bound_for(conn, self.principal)
+            if bound is not None:
+                bound.check_pipeline(conn, pipeline.id, name)
             pipelines.delete(conn, name)
             audit.record(conn, self.principal, "pipeline.delete", name)
         if pipeline.embedder:
