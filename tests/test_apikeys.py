@@ -177,6 +177,24 @@ def test_pipeline_admin_and_every_pipeline_imply_what_they_hold(tenant):
         every.create_key(pipeline="notes", permissions="write")
 
 
+def test_a_bounded_admin_cannot_widen_its_bound_by_redefining_classifications(tenant):
+    """The hierarchy is the tenant's: "public implies secret" would give every holder of
+    public (every reader) the secret documents, the bounded admin included."""
+    tenant.define_classification("secret")
+    tenant.ingest("notes", [{"id": "s", "text": "the vault code", "classification": ["secret"]}])
+    _, internal = _bounded_admin(tenant, pipeline="*", permissions="admin",
+                                 classification="internal")
+    _, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin")
+    for admin in (internal, notes):
+        for name, implies in (("public", ["secret"]), ("internal", ["secret"])):
+            with pytest.raises(Forbidden, match="unrestricted admin"):
+                admin.define_classification(name, implies=implies)
+    with pytest.raises(Forbidden):
+        internal.search("notes", "vault", classification="secret")
+    assert not internal.search("notes", "vault", type="bm25").hits
+    tenant.define_classification("internal", implies=["public"])  # the unrestricted admin may
+
+
 def test_a_key_expires_no_later_than_its_creator(tenant):
     soon = datetime.now(timezone.utc) + timedelta(hours=1)
     _, admin = _bounded_admin(tenant, pipeline="*", permissions="admin", expires=soon)
