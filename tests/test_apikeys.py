@@ -195,6 +195,22 @@ def test_a_bounded_admin_cannot_widen_its_bound_by_redefining_classifications(te
     tenant.define_classification("internal", implies=["public"])  # the unrestricted admin may
 
 
+def test_a_bounded_admin_lists_only_the_keys_it_could_revoke(tenant):
+    """Each key names its pipeline: a pipeline's admin listing every key would learn of the
+    tenant's other pipelines, which it never sees (GET /pipelines shows it its own)."""
+    tenant.create_pipeline("hr-layoffs", embedder="none")
+    hidden = tenant.create_key(pipeline="hr-layoffs", permissions="read")
+    wide = tenant.create_key(pipeline="notes", permissions="read", classification="secret")
+    mine, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin",
+                                 classification="public")
+    made = notes.create_key(pipeline="notes", permissions="read", classification="public")
+    listed = notes.keys()
+    assert {k["id"] for k in listed} == {mine["id"], made["id"]}, listed
+    assert "hr-layoffs" not in json.dumps(listed)
+    everything = {k["id"] for k in tenant.keys()}
+    assert {hidden["id"], wide["id"], mine["id"], made["id"]} <= everything
+
+
 def test_a_key_expires_no_later_than_its_creator(tenant):
     soon = datetime.now(timezone.utc) + timedelta(hours=1)
     _, admin = _bounded_admin(tenant, pipeline="*", permissions="admin", expires=soon)
