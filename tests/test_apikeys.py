@@ -179,7 +179,8 @@ def test_pipeline_admin_and_every_pipeline_imply_what_they_hold(tenant):
 
 def test_a_bounded_admin_cannot_widen_its_bound_by_redefining_classifications(tenant):
     """The hierarchy is the tenant's: "public implies secret" would give every holder of
-    public (every reader) the secret documents, the bounded admin included."""
+    public (every reader) the secret documents, the bounded admin included. A raw session
+    (row-level security only) would read them directly."""
     tenant.define_classification("secret")
     tenant.ingest("notes", [{"id": "s", "text": "the vault code", "classification": ["secret"]}])
     _, internal = _bounded_admin(tenant, pipeline="*", permissions="admin",
@@ -189,6 +190,8 @@ def test_a_bounded_admin_cannot_widen_its_bound_by_redefining_classifications(te
         for name, implies in (("public", ["secret"]), ("internal", ["secret"])):
             with pytest.raises(Forbidden, match="unrestricted admin"):
                 admin.define_classification(name, implies=implies)
+        with pytest.raises(Forbidden, match="unrestricted admin"):  # raw SQL: every row
+            admin.session()
     with pytest.raises(Forbidden):
         internal.search("notes", "vault", classification="secret")
     assert not internal.search("notes", "vault", type="bm25").hits
