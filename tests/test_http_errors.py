@@ -63,6 +63,8 @@ def error_of(response, status: int, code: str) -> dict:
     (b'{"query": "a\\ud800b"}', "surrogates"),
     (b"[1, 2]", "the body must be a JSON object"),
     (b"", "body is required"),
+    (b'{"query": "pump", "params": ' + b'{"a": ' * 100_000 + b'1' + b'}' * 100_001,
+     "the body nests too deeply"),
 ])
 def test_bad_search_bodies_are_400_naming_what_is_wrong(admin, pipeline, content, fragment):
     response = admin.post(f"/pipelines/{pipeline}/search", content=content,
