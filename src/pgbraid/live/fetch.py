@@ -12,7 +12,9 @@ will). Environment proxies are ignored: the allow-list names the hosts reached.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
+import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,7 +56,9 @@ def render(source: LiveSource, value: str) -> str:
     return source.url.replace("{" + source.placeholder + "}", quote(value, safe=""))
 
 
-def fetch(source: LiveSource, url: str) -> Fetched:
+def fetch(source: LiveSource, url: str, *, private: bool = False) -> Fetched:
+    """``private``: the operator lets sources reach non-global addresses
+    (PGBRAID_LIVE_PRIVATE_HOSTS); otherwise every hop's host must resolve to global ones."""
     deadline = time.monotonic() + source.timeout
     host = urlsplit(url).hostname or ""
     try:
@@ -63,6 +67,8 @@ def fetch(source: LiveSource, url: str) -> Fetched:
                                                     "Accept": "application/json"}) as http:
             for _ in range(MAX_REDIRECTS + 1):
                 host = _check_hop(source, url)
+                if not private:
+                    _check_global(host, urlsplit(url).port)
                 with http.stream("GET", url) as response:
                     if response.is_redirect:
                         url = urljoin(url, response.headers.get("location", ""))
@@ -90,6 +96,24 @@ def _check_hop(source: LiveSource, url: str) -> str:
         raise LiveFailure(f"refused: host {printable(parts.hostname or '', 80)!r} is not in "
                           "the live source's allow_hosts", host=parts.hostname)
     return parts.hostname or ""
+
+
+def _check_global(host: str, port: int | None) -> None:
+    """Refuse a host that is, or resolves to, an address outside the public internet:
+    loopback (a --no-auth pgbraid, the embeddings server), private networks, link-local
+    (cloud metadata at 169.254.169.254), unspecified, reserved. A name resolved again
+    when connecting could still change (DNS rebinding): firewall the server as well."""
+    try:
+        infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # it cannot be reached either: the connection fails and says so
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        mapped = getattr(address, "ipv4_mapped", None)
+        if not address.is_global or (mapped is not None and not mapped.is_global):
+            raise LiveFailure(f"refused: host {printable(host, 80)!r} is not a public address "
+                              f"({address}); PGBRAID_LIVE_PRIVATE_HOSTS=1 lets live sources "
+                              "reach private ones", host=host)
 
 
 def _left(deadline: float, source: LiveSource, host: str) -> None:
