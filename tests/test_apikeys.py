@@ -214,6 +214,18 @@ def test_a_bounded_admin_lists_only_the_keys_it_could_revoke(tenant):
     assert {hidden["id"], wide["id"], mine["id"], made["id"]} <= everything
 
 
+def test_a_pipeline_bounded_admin_creates_no_pipeline_beyond_its_own(tenant):
+    """409 "already exists" against 201 would tell it which names the tenant uses."""
+    tenant.create_pipeline("hr-layoffs", embedder="none")
+    _, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin")
+    for name in ("hr-layoffs", "never-made"):
+        with pytest.raises(Forbidden, match="admin permission on pipeline"):
+            notes.create_pipeline(name, embedder="none")
+    assert "never-made" not in [p.name for p in tenant.pipelines()]
+    notes.delete_pipeline("notes")
+    assert notes.create_pipeline("notes", embedder="none").name == "notes"
+
+
 def test_a_key_expires_no_later_than_its_creator(tenant):
     soon = datetime.now(timezone.utc) + timedelta(hours=1)
     _, admin = _bounded_admin(tenant, pipeline="*", permissions="admin", expires=soon)

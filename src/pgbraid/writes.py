@@ -47,6 +47,9 @@ class Writes:
         ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py);
         ``live``: a live source (live.LiveSource or its dict)."""
         self.principal.require_tenant_admin("creating a pipeline")
+        # Admin on the new name too, before it is looked up: an admin bounded to other
+        # pipelines would otherwise learn which names exist (409) and make unreadable ones.
+        self.principal.require(name, "admin")
         options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
         source = live_fetch.parse(live) if live is not None else None
