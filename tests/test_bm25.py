@@ -175,6 +175,56 @@ def test_pruning_on_synthetic_lists_with_ties_and_dead_fragments(seed, size):
         assert all(np.diff(scores[got]) <= 1e-12)  # best first
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_dead_fragments_at_the_top_neither_rank_nor_raise_the_threshold(seed):
+    """The best-scoring fragments are dead (expired, not merged away yet): every ranking
+    still returns the exact live top k. Block-max once took its threshold from scores
+    that counted them, dropped windows holding live contenders, and ranked others first."""
+    from pgbraid.strategies import bm25_topk
+
+    size, impacts = 100_000, (0.9, 0.4, 20.0)
+    lists, weights, _ = _synthetic(seed, size, terms=30)
+    everyone, _ = _brute_force(lists, weights, size, np.zeros(0, dtype=np.int64), impacts)
+    dead = np.asarray(everyone[:60], dtype=np.int64)
+    order, scores = _brute_force(lists, weights, size, dead, impacts)
+    for width in (10, 40):
+        for pruning in ("blockmax", "maxscore", "none"):
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead, impacts, pruning=pruning)
+            assert ranking.top(width).tolist() == order[:width], (pruning, width)
+
+
+def test_contenders_come_from_the_essential_lists_only_when_exact():
+    """Scoring every posting, the contenders above the sampled threshold are looked up
+    among the postings of the terms no contender can lack (MaxScore's essential
+    lists): on lists where the best fragments hold only common terms, the top k
+    equals the brute force's whichever way they are found."""
+    from pgbraid.strategies import bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings
+
+    size, impacts = 200_000, (0.9, 0.4, 20.0)
+    rng = np.random.default_rng(5)
+    lists = []
+    for df in (30, 4000, 50_000, 60_000, 70_000):  # one rare term, then ever commoner
+        ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
+        lists.append(Postings(ordinals, rng.integers(1, 4, df).astype("<u2"),
+                              rng.choice([10, 20, 40], df).astype("<u2")))
+    weights = [3.0, 2.5, 2.0, 2.0, 2.0]  # the common terms together outscore the rare one
+    dead = rng.choice(size, 50, replace=False).astype(np.int64)
+    order, scores = _brute_force(lists, weights, size, dead, impacts)
+    for gather in (1, bm25_topk.GATHER, 10**9):  # never, as shipped, always looked up
+        for width in (1, 10, 40, 200):
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead, impacts, pruning="none")
+            theta = float(np.partition(scores, size - width)[size - width])
+            assert ranking._holding(theta) > len(lists[0])  # the rare term's list alone would not do
+            saved, bm25_topk.GATHER = bm25_topk.GATHER, gather
+            try:
+                assert ranking.top(width).tolist() == order[:width], (gather, width)
+            finally:
+                bm25_topk.GATHER = saved
+
+
 def test_a_terms_lists_in_several_segments_rank_as_one_merged_list():
     """by_term merges a term's lists of several segments into one sorted list (cached
     under those segments); ranking over it gives the same fragments and score bits."""

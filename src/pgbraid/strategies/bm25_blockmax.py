@@ -70,18 +70,22 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
     from .bm25_topk import _best
 
     windows = (ranking.size >> SHIFT) + 1
-    bounds = np.zeros(windows, dtype=np.float64)
-    blocks = []
+    blocks, peaks = [], []
     for term in ranking.terms:
         for postings in term.lists:
             if len(postings):
-                present, starts, peaks = postings.blocks(*ranking.impacts)
-                bounds[present] += term.weight * peaks
+                present, starts, peak = postings.blocks(*ranking.impacts)
+                peaks.append(term.weight * peak)
                 blocks.append((term.weight, postings, present, starts))
+    # One bincount over every list's windows (a fancy-index add per list cost twice as
+    # much); a bound's rounding is covered by the margin.
+    bounds = np.bincount(np.concatenate([b[2] for b in blocks], dtype=np.intp),
+                         np.concatenate(peaks, dtype=np.float64),
+                         minlength=windows) if blocks else np.zeros(windows)
     bounds *= _MARGIN
     remaining = np.flatnonzero(bounds > 0)
     ranking.stats.windows = len(remaining)
-    ranking.scores = scores = np.zeros(ranking.size, dtype=np.float64)
+    ranking.scores = scores = ranking._fresh()
     scored: list[np.ndarray] = []
     theta, chunk = 0.0, FIRST
     # Rounds: the best-bounded windows left, scored exactly; theta from all scored so far;
@@ -95,12 +99,12 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
             chosen, remaining = remaining, remaining[:0]
         ranking.stats.windows_scored += len(chosen)
         scored.append(_score(ranking, blocks, chosen, scores))
+        if len(ranking.dead):  # a dead fragment must not raise theta (nor rank)
+            scores[ranking.dead] = -np.inf
         theta = max(theta, _theta(scores, scored, width))
         remaining = remaining[bounds[remaining] >= theta]
         chunk *= GROWTH
     everything = np.concatenate(scored) if scored else np.zeros(0, dtype=np.intp)
-    if len(ranking.dead):
-        scores[ranking.dead] = -np.inf
     ranking.stats.candidates = len(everything)
     return _best(scores, everything[scores[everything] > 0], width)
 

@@ -30,6 +30,9 @@ from . import bm25_blockmax, bm25_maxscore
 from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
+# Contenders are looked up among the essential postings (Ranking._holding) when there are
+# fewer than size / GATHER of them, else found by one pass over the dense scores.
+GATHER = 8
 
 @dataclass
 class Term:
@@ -164,8 +167,22 @@ class Ranking:
             if len(pool) >= width:
                 theta = np.partition(scores[pool], len(pool) - width)[len(pool) - width]
                 if theta > 0:
+                    held = everything[:self._holding(theta)]
+                    if len(held) * GATHER < self.size:
+                        return _distinct(held[scores[held] >= theta])
                     return np.flatnonzero(scores >= theta)
         return np.flatnonzero(scores > 0)
+
+    def _holding(self, theta: float) -> int:
+        """How many of the first postings (in term order) hold every fragment that can
+        score ``theta``: those of the shortest prefix of terms whose remaining bounds
+        sum below it (a fragment without any of these terms scores at most that sum;
+        MaxScore's essential lists)."""
+        count, i = 0, 0
+        while i < len(self.terms) and self._left[i] >= theta:
+            count += sum(len(p) for p in self.terms[i].lists)
+            i += 1
+        return count
 
     def batches(self, width: int) -> Iterator[np.ndarray]:
         """Ordinals with a positive score, best first, in batches growing eightfold
