@@ -240,5 +240,15 @@ def _best(scores: np.ndarray, ordinals: np.ndarray, width: int) -> np.ndarray:
     return _ordered(scores, ordinals)[:width]
 
 
+def _best_sparse(ordinals: np.ndarray, values: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` best of ordinals (distinct) with a positive value, best first; ties
+    at the cut go to the lower ordinal."""
+    positive = np.flatnonzero(values > 0)
+    if len(positive) > width:
+        cut = np.partition(values[positive], len(positive) - width)[len(positive) - width]
+        positive = positive[values[positive] >= cut]
+    return ordinals[positive[np.lexsort((ordinals[positive], -values[positive]))]][:width]
+
+
 def _ordered(scores: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return batch[np.lexsort((batch, -scores[batch]))]
