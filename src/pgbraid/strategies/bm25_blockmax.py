@@ -74,6 +74,7 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
     ranking.stats.windows = len(remaining)
     ordinals: list[np.ndarray] = []
     sums: list[np.ndarray] = []
+    best = np.zeros(0, dtype=np.float64)  # the width best scores so far
     theta, chunk = 0.0, FIRST
     # Rounds: the best-bounded windows left, scored exactly; theta from all scored so far;
     # windows whose bound falls below it dropped. Ends when none is left.
@@ -89,31 +90,27 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
             found, values = found[live], values[live]
         ordinals.append(found)
         sums.append(values)
-        theta = max(theta, _theta(sums, width))
+        best = np.concatenate([best, values])
+        if len(best) >= width:
+            best = np.partition(best, len(best) - width)[len(best) - width:]
+            theta = max(theta, float(best[0]))
         bounds[chosen] = -1.0  # scored: below any theta
         remaining = remaining[bounds[remaining] >= theta]
+        if len(remaining):
+            blocks.keep(bounds, theta)
         chunk *= GROWTH
     found = np.concatenate(ordinals) if ordinals else np.zeros(0, dtype=np.intp)
     values = np.concatenate(sums) if sums else np.zeros(0, dtype=np.float64)
-    order = np.argsort(found)  # rounds score disjoint windows: sorted for Ranking.score
-    ranking._sparse = (found[order], values[order])
+    ranking._sparse = (found, values, False)  # rounds in turn: not sorted
     ranking.stats.candidates = len(found)
     return _best_sparse(found, values, width)
 
 
-def _theta(sums: list[np.ndarray], width: int) -> float:
-    """The ``width``-th best score among those scored (0.0 with fewer)."""
-    count = sum(len(s) for s in sums)
-    if count < width:
-        return 0.0
-    values = np.concatenate(sums)
-    return float(np.partition(values, count - width)[count - width])
-
-
 class _Blocks:
-    """The query's lists' windows, concatenated in term order (every list with a
+    """The query's (list, window) pairs, concatenated in term order (every list with a
     posting), so that a round finds the postings of its chosen windows in a few numpy
-    calls for all lists at once rather than a dozen per list."""
+    calls for all lists at once rather than a dozen per list; the pairs of windows
+    scored or dropped are let go after each round."""
 
     def __init__(self, ranking: "Ranking") -> None:
         self.ranking = ranking
@@ -129,12 +126,11 @@ class _Blocks:
                     ends.append(starts[1:])
         self.windows = (ranking.size >> SHIFT) + 1
         self._peaks = peaks
-        # each (list, window)'s window, and where its postings begin and end in its list
+        # each pair's window, where its postings begin and end in its list, and its list
         self.present, self.begins, self.ends = (
             np.concatenate(a, dtype=np.intp) if a else np.zeros(0, dtype=np.intp)
             for a in (present, begins, ends))
-        # where each list's windows begin in ``present``
-        self.offsets = np.cumsum([0] + [len(w) for w in present])
+        self.owner = np.repeat(np.arange(len(present)), [len(w) for w in present])
 
     def bounds(self) -> np.ndarray:
         """Each window's bound: its peaks summed over the lists (one bincount; a
@@ -145,18 +141,24 @@ class _Blocks:
                              minlength=self.windows)
         return bounds * _MARGIN
 
+    def keep(self, bounds: np.ndarray, theta: float) -> None:
+        """Only the pairs of windows whose bound still reaches theta (not scored)."""
+        held = bounds[self.present] >= theta
+        self.present, self.begins, self.ends, self.owner = (
+            a[held] for a in (self.present, self.begins, self.ends, self.owner))
+
     def score(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The fragments of the ``chosen`` windows (sorted) with a posting, ascending, and
         their exact scores (summed in term order, as every path does)."""
         wanted = np.zeros(self.windows, dtype=bool)
         wanted[chosen] = True
-        picked = np.flatnonzero(wanted[self.present])  # (list, window) pairs, list by list
+        picked = np.flatnonzero(wanted[self.present])  # pairs, list by list
         if not len(picked):
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
-        owner = np.searchsorted(self.offsets, picked, side="right") - 1
         begins, ends = self.begins[picked], self.ends[picked]
         positions = _ranges(begins, ends)  # within each list, list by list
-        cut = np.searchsorted(np.repeat(owner, ends - begins), np.arange(len(self.lists) + 1))
+        cut = np.concatenate(([0], np.cumsum(np.bincount(
+            self.owner[picked], weights=ends - begins, minlength=len(self.lists))))).astype(np.intp)
         ordinals, weights = [], []
         impacts = self.ranking.impacts
         for i in np.flatnonzero(cut[1:] > cut[:-1]):

@@ -70,7 +70,7 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
         for postings in terms[i].lists:
             at, held = _lookup(postings.ordinals, candidates)
             partial[held] += ranking._weights(terms[i], postings, at[held])
-    ranking._sparse = (candidates, partial)  # sorted: dense only if asked (Ranking.scores)
+    ranking._sparse = (candidates, partial, True)  # dense only if asked (Ranking.scores)
     return _best_sparse(candidates, partial, width)
 
 

@@ -82,7 +82,8 @@ class Ranking:
         self.dead = dead
         self.stats = Pruning(postings=sum(len(p) for t in terms for p in t.lists))
         self._scores = np.zeros(0)
-        self._sparse: tuple[np.ndarray, np.ndarray] | None = None
+        self._sparse: tuple[np.ndarray, np.ndarray, bool] | None = None
+        """Sparse scores: ordinals, their scores, whether the ordinals ascend."""
         self._ordinals: np.ndarray | None = None
         """Every posting's ordinal, in term order, once every posting is scored."""
 
@@ -90,7 +91,7 @@ class Ranking:
     def scores(self) -> np.ndarray:
         """The score of every ordinal scored (0.0 elsewhere, -inf when dead)."""
         if self._sparse is not None:  # a sparse ranking's candidates, made dense when asked
-            ordinals, values = self._sparse
+            ordinals, values, _ = self._sparse
             self._sparse, self._scores = None, self._fresh()
             self._scores[ordinals] = values
         return self._scores
@@ -102,9 +103,14 @@ class Ranking:
     def score(self, ordinal: int) -> float:
         """One ordinal's score (sparse rankings need no dense array for it)."""
         if self._sparse is not None:
-            ordinals, values = self._sparse
-            at = int(np.searchsorted(ordinals, ordinal))
-            return float(values[at]) if at < len(ordinals) and ordinals[at] == ordinal else 0.0
+            ordinals, values, ascending = self._sparse
+            if ascending:
+                at = int(np.searchsorted(ordinals, ordinal))
+                held = at < len(ordinals) and ordinals[at] == ordinal
+            else:  # a pass: cheaper for a page of hits than sorting every candidate
+                where = np.flatnonzero(ordinals == ordinal)
+                held, at = len(where) > 0, int(where[0]) if len(where) else 0
+            return float(values[at]) if held else 0.0
         return float(self._scores[ordinal])
 
     @property
