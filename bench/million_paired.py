@@ -3,7 +3,9 @@ commit's, in one process, on the million bench's corpus, pg_textsearch beside th
 
 The other commit's ranking modules (``bm25_topk`` with ``bm25_blockmax``,
 ``bm25_maxscore`` and ``bm25_postings``: everything below the strategy's SQL) are
-exported from git and imported as a package of their own; each search runs through
+exported from git and imported as a package of their own, and its sessions send the
+tenant's settings as four SET LOCALs (db.database before one set_config statement);
+each search runs through
 the full Python API (snapshot, terms, postings cache, scope check, trace) with the
 strategy ranking through one side or the other, and pg_textsearch's query on its own
 server, the order rotating from query to query. Both sides must return the same
@@ -28,6 +30,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from pgbraid.db import database
 from pgbraid.strategies import bm25, bm25_topk
 
 from . import million
@@ -49,14 +52,19 @@ def base_ranking(ref: str) -> types.ModuleType:
 
 
 @contextmanager
-def side(topk: types.ModuleType):
-    """The bm25 strategy ranking through this module for the duration."""
-    saved = bm25.Ranking, bm25.Term
+def side(topk: types.ModuleType, set_locals: bool = False):
+    """The bm25 strategy ranking through this module for the duration; ``set_locals``:
+    sessions set the tenant's settings with a SET LOCAL each, as before 2026-12-02 (and
+    on a Citus coordinator), instead of one set_config statement."""
+    saved = bm25.Ranking, bm25.Term, database._set_local_statements
     bm25.Ranking, bm25.Term = topk.Ranking, topk.Term
+    if set_locals:
+        database._set_local_statements = (
+            lambda conn, settings, role, citus: saved[2](conn, settings, role, True))
     try:
         yield
     finally:
-        bm25.Ranking, bm25.Term = saved
+        bm25.Ranking, bm25.Term, database._set_local_statements = saved
 
 
 def main() -> None:
@@ -98,7 +106,7 @@ def _paired(client, peer, sides: dict, classes: list[str], title: str, texts: li
             for name in names[turn:] + names[:turn]:
                 started, began = time.perf_counter(), time.thread_time()
                 if name in sides:
-                    with side(sides[name]):
+                    with side(sides[name], set_locals=name == "base"):
                         answers[name] = ours(text)
                 else:
                     peer.search("1m", text)

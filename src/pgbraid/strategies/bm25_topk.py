@@ -124,6 +124,18 @@ class Ranking:
         impacts = postings.impacts(*self.impacts)
         return term.weight * (impacts if at is None else impacts[at])
 
+    def _weighted(self, lists: list[tuple[Term, Postings]], count: int) -> np.ndarray:
+        """Every list's weight * impact (float32, as ``_weights``) one after the other in
+        float64, each product written in place (no float32 array per list)."""
+        weights = np.empty(count, dtype=np.float64)
+        at = 0
+        for term, postings in lists:
+            end = at + len(postings)
+            np.multiply(postings.impacts(*self.impacts), np.float32(term.weight),
+                        out=weights[at:end], dtype=np.float32, casting="unsafe")
+            at = end
+        return weights
+
     def _fresh(self) -> np.ndarray:
         scores = np.zeros(self.size, dtype=np.float64)
         if len(self.dead):
@@ -146,8 +158,7 @@ class Ranking:
                 # In the dtypes bincount works in: converting while concatenating
                 # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
                 ordinals = np.concatenate([p.ordinals for _, p in lists], dtype=np.intp)
-                weights = np.concatenate([self._weights(t, p) for t, p in lists],
-                                         dtype=np.float64)
+                weights = self._weighted(lists, len(ordinals))
                 self.scores = np.bincount(ordinals, weights=weights, minlength=self.size)
                 self._ordinals = ordinals
                 if len(self.dead):
