@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from pgbraid.db import database
+from pgbraid.db import transaction_settings
 from pgbraid.strategies import bm25, bm25_topk
 
 from . import million
@@ -56,15 +56,15 @@ def side(topk: types.ModuleType, set_locals: bool = False):
     """The bm25 strategy ranking through this module for the duration; ``set_locals``:
     sessions set the tenant's settings with a SET LOCAL each, as before 2026-12-02 (and
     on a Citus coordinator), instead of one set_config statement."""
-    saved = bm25.Ranking, bm25.Term, database._set_local_statements
+    saved = bm25.Ranking, bm25.Term, transaction_settings._set_local_statements
     bm25.Ranking, bm25.Term = topk.Ranking, topk.Term
     if set_locals:
-        database._set_local_statements = (
+        transaction_settings._set_local_statements = (
             lambda conn, settings, role, citus: saved[2](conn, settings, role, True))
     try:
         yield
     finally:
-        bm25.Ranking, bm25.Term, database._set_local_statements = saved
+        bm25.Ranking, bm25.Term, transaction_settings._set_local_statements = saved
 
 
 def main() -> None:

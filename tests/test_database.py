@@ -8,7 +8,7 @@ import uuid
 from psycopg_pool import ConnectionPool
 
 import pgbraid
-from pgbraid.db import database
+from pgbraid.db import database, transaction_settings
 
 
 def test_concurrent_first_searches_open_one_pool(server, pipeline, superuser, monkeypatch):
@@ -100,13 +100,14 @@ def test_a_sessions_tenant_role_and_timeout_hold_for_its_transaction_only(client
                           str(db.statement_timeout_ms))
         assert conn.execute(settings).fetchone() in ((login, None, timeout),
                                                      (login, "", timeout))
-        sent = database._set_local_statements(conn, (("pgbraid.tenant", "acme"),),
+        sent = transaction_settings._set_local_statements(conn, (("pgbraid.tenant", "acme"),),
                                               "pgbraid_app", citus)
         if citus:
             assert sent[0].startswith(b"SET LOCAL citus.propagate_set_commands")
             assert b'SET LOCAL ROLE "pgbraid_app"' in sent and len(sent) == 3
         else:
-            assert sent == (b"SELECT set_config('role', 'pgbraid_app', true),"
-                            b" set_config('pgbraid.tenant', 'acme', true)",)
-        assert database._set_local_statements(conn, (), database.LOGIN_ROLE, True)[1] == \
+            assert sent == ((b"SELECT set_config('role', 'pgbraid_app', true),"
+                             b" set_config('pgbraid.tenant', 'acme', true)"),)
+        assert transaction_settings._set_local_statements(conn, (), database.LOGIN_ROLE,
+                                                          True)[1] == \
             b"SET LOCAL ROLE NONE"

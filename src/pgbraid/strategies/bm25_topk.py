@@ -1,7 +1,8 @@
 """Exact BM25 top-k over in-memory posting lists: every posting, MaxScore, or block-max.
 
 The default, ``auto``, scores every posting with one ``np.bincount`` (~5-10 ns
-a posting, plus a pass over the dense score array), and switches to block-max
+a posting), finds the contenders among the postings of the terms none of them
+can lack (else by a pass over the dense score array), and switches to block-max
 (bm25_blockmax: windows of ordinals bounded and skipped wholesale) where that
 was measured to pay: from bm25_blockmax.FROM_POSTINGS postings, or for many
 terms from fewer (``bm25_blockmax.pays``). ``params.pruning: "maxscore"``
