@@ -297,3 +297,16 @@ def test_keys_list_shows_each_keys_classifications_and_expiry_never_its_secret(d
         secret, digest = key["key"], hashlib.sha256(key["key"].encode()).hexdigest()
         assert secret not in shown.output + listed.output
         assert digest not in shown.output + listed.output and secret[12:] not in listed.output
+
+
+def test_entity_sources_are_the_unrestricted_admins_to_register_and_remove(tenant):
+    """Sources are tenant-wide (every pipeline's grounding reads them): an admin bounded
+    to a pipeline or a classification is refused before the name is looked up, so no
+    409 'already registered' or 404 tells it which sources exist."""
+    for grants in ({"pipeline": "notes", "permissions": "admin"},
+                   {"pipeline": "*", "permissions": "admin", "classification": "public"}):
+        _, bounded = _bounded_admin(tenant, **grants)
+        with pytest.raises(Forbidden, match="unrestricted admin"):
+            bounded.add_source("suppliers", table="suppliers", key="id", text="name")
+        with pytest.raises(Forbidden, match="unrestricted admin"):
+            bounded.remove_source("suppliers")
