@@ -101,8 +101,7 @@ class Writes:
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
             report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
-                            embedder=embedder, on_error=on_error, progress=progress,
-                            merge=self._merge_pending)
+                            embedder=embedder, on_error=on_error, progress=progress)
         except BaseException as exc:  # batches before the error are written: say so
             audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
                                  {"error": type(exc).__name__})
@@ -123,11 +122,6 @@ class Writes:
                     conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
                                  " pgbraid.documents, pgbraid.bm25_postings")
         return report
-
-    def _merge_pending(self) -> None:
-        """Merge the GIN pending lists of fragments and the dictionary (after each batch)."""
-        with self._db.admin() as conn:
-            conn.execute(MERGE_PENDING)
 
     def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
         """Expire a document's current version; its history stays readable."""

@@ -109,15 +109,11 @@ def ingest(session: Callable, pipeline: Pipeline,
            items: Iterable[SourceDocument | ReadError | Skipped], *,
            embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
            batch_size: int | None = None, ahead: bool = True,
-           progress: Callable[[IngestReport], None] | None = None,
-           merge: Callable[[], None] | None = None) -> IngestReport:
+           progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
     """Ingest items in batches; ``session()`` opens one transaction. With ``ahead`` the
     next batch is prepared in a worker thread (on sessions of its own) while one is
     written; a caller whose ``session()`` hands out one shared connection (savepoints
-    of its own transaction) passes ``ahead=False``. ``merge()``, when given, merges the
-    GIN pending lists: each batch's fragments then wait in them (fragments.
-    defer_index_merge) and are merged after its commit, in the worker thread, beside
-    the next batch's write."""
+    of its own transaction) passes ``ahead=False``."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
@@ -128,24 +124,16 @@ def ingest(session: Callable, pipeline: Pipeline,
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
             previous: Future | None = None
-            merges: list[Future] = []
             for chunk in _chunks(_divert(items, report), first, size):
                 batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
                 if previous is not None:
-                    _finish(session, pipeline, previous.result(), report, call, on_error, progress,
-                            merge is not None)
-                    merges.append(_run(pool if ahead else None, merge))
+                    _finish(session, pipeline, previous.result(), report, call, on_error, progress)
                     if report.stopped:
                         batch.cancel()
-                        break
+                        return report
                 previous = batch
-            else:
-                if previous is not None:
-                    _finish(session, pipeline, previous.result(), report, call, on_error, progress,
-                            merge is not None)
-                    merges.append(_run(pool if ahead else None, merge))
-            for merged in merges:
-                merged.result()
+            if previous is not None:
+                _finish(session, pipeline, previous.result(), report, call, on_error, progress)
         return report
     finally:
         if call.partitions:
@@ -154,16 +142,11 @@ def ingest(session: Callable, pipeline: Pipeline,
 
 
 def _submit(pool: ThreadPoolExecutor | None, *args) -> Future:
-    return _run(pool, _prepare, *args)
-
-
-def _run(pool: ThreadPoolExecutor | None, fn: Callable | None, *args) -> Future:
-    """``fn(*args)`` in the pool, or here when there is none (nothing when no ``fn``)."""
-    if pool is not None and fn is not None:
-        return pool.submit(fn, *args)
+    if pool is not None:
+        return pool.submit(_prepare, *args)
     done: Future = Future()
     try:
-        done.set_result(fn(*args) if fn is not None else None)
+        done.set_result(_prepare(*args))
     except BaseException as exc:  # raised where the result is read, as from the pool
         done.set_exception(exc)
     return done
@@ -306,28 +289,24 @@ def _embed(embedder: Embedder, todo: list[Prepared]) -> int:
 
 
 def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport, call: Call,
-            on_error: str, progress: Callable[[IngestReport], None] | None,
-            deferred: bool = False) -> None:
+            on_error: str, progress: Callable[[IngestReport], None] | None) -> None:
     report.embedded += batch.embedded
     if batch.embedding_failure:
         for p in _todo(batch):
             if p.needs_embedding:
                 _fail(batch, p, batch.embedding_failure)
-    _write(session, pipeline, batch, report, call, on_error, deferred)
+    _write(session, pipeline, batch, report, call, on_error)
     if progress:
         progress(report)
 
 
 def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport,
-           call: Call, on_error: str, deferred: bool = False) -> None:
+           call: Call, on_error: str) -> None:
     """One transaction under the pipeline's BM25 lock: the batch's new documents together,
-    the others each in its own savepoint, in order; then the batch's segments. With
-    ``deferred`` its GIN entries wait for the caller's merge."""
+    the others each in its own savepoint, in order; then the batch's segments."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         todo = _todo(batch)
-        if deferred:
-            fragments.defer_index_merge(conn, todo)
         partitions = bm25_index.partitions(
             conn, pipeline.id, {bm25_index.partition_key(p.classifications) for p in todo})
 

@@ -78,12 +78,6 @@ COLUMNS = ("id", "pipeline_id", "document_id", "version_id", "ordinal", "section
 _STORED = {"title": "stored_title", "section": "stored_section", "body": "stored_body",
            "metadata": "stored_metadata"}
 _STAGE = "pgbraid_fragments_in"
-# GIN pending lists (fastupdate): PostgreSQL's default limit, and what a batch's entries
-# take per character of its titles and texts (SciFact: 10.5 bytes in the body trigram
-# index, the largest; 3.1 M characters, 3,960 pages).
-DEFAULT_PENDING_KB = 4096
-PENDING_BYTES_PER_CHAR = 16
-MAX_PENDING_KB = 1024 * 1024
 
 
 def stored_version(sealing: encryption.Sealing | None, document_id: int, number: int,
@@ -186,21 +180,6 @@ def insert(conn: psycopg.Connection, sealing: encryption.Sealing | None,
         ids = {(version, ordinal): fragment for fragment, version, ordinal in cur.fetchall()}
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     return [ids[(row["version_id"], row["ordinal"])] for row in rows]
-
-
-def defer_index_merge(conn: psycopg.Connection, batch: list["Prepared"]) -> None:
-    """Let this transaction's fragments wait in the GIN indexes' pending lists (their
-    merge into the trees, at every 4 MB by default, done by whoever fills them) until
-    the caller merges them, after commit and outside the pipeline's lock
-    (batches.ingest's ``merge``): a limit sized to hold the whole batch. Indexes with a
-    limit of their own (fuzzy's dictionary, migration 046) keep it."""
-    limit = pending_limit_kb(sum(len(p.doc.text or "") + len(p.doc.title or "") for p in batch))
-    conn.execute("SELECT set_config('gin_pending_list_limit', %s, true)", (str(limit),))
-
-
-def pending_limit_kb(chars: int) -> int:
-    """A pending list limit (kB) that holds the entries of texts of ``chars`` characters."""
-    return min(MAX_PENDING_KB, max(DEFAULT_PENDING_KB, PENDING_BYTES_PER_CHAR * chars // 1024))
 
 
 def _dumpable(name: str, value: Any) -> Any:
