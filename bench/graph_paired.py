@@ -15,7 +15,9 @@ Python reference (``strategies/graph/reference.py``) and for its certificate.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import inspect
 import os
 import shutil
 import sys
@@ -40,10 +42,18 @@ def base_modules(ref: str) -> tuple[types.ModuleType, type]:
     package.__path__ = [str(src / "pgbraid" / "strategies" / "graph")]
     sys.modules[package.__name__] = package
     try:
-        return (importlib.import_module(f"{package.__name__}.walks"),
-                importlib.import_module(f"{package.__name__}.native").Native)
+        walks_module = importlib.import_module(f"{package.__name__}.walks")
+        native_class = importlib.import_module(f"{package.__name__}.native").Native
+        if "packed" not in inspect.signature(native_class).parameters:  # before 047
+            native_class = functools.partial(_unpacked, native_class)
+        return walks_module, native_class
     finally:
         shutil.rmtree(src.parent)  # imported: the export is no longer needed
+
+
+def _unpacked(native_class, conn, pipeline_id, packed=False):
+    """A Native of before migration 047 (it reads no packed lists)."""
+    return native_class(conn, pipeline_id)
 
 
 @contextmanager

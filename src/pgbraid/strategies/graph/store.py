@@ -15,7 +15,9 @@ so a load is visible whole or not at all, and loading the same file twice
 changes nothing. Deleting a vertex deletes its edges. Every write to the edges
 (these, cascaded deletes, SQL of your own) also keeps each vertex's edge count per
 type and direction in pgbraid.vertex_degrees, by triggers in the same transaction
-(migration 022): what `similar` reads to find and order hubs.
+(migration 022): what `similar` reads to find and order hubs. Loads and deletes
+also rebuild the packed lists and degrees of the vertices they touch (``packed``,
+migration 047), in the same transaction.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Iterator
 import psycopg
 
 from ...errors import InvalidRequest, NotFound
+from . import packed
 
 MAX_REPORTED = 20
 CHUNK = 50_000  # rows per statement: a large load stays in one transaction, each statement short
@@ -152,8 +155,10 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
          age: bool = False) -> dict[str, int]:
     """Upsert a validated load inside the caller's transaction (and into the pipeline's
     Apache AGE mirror when ``age``, PGBRAID_AGE=1, and the mirror is current)."""
+    current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
-    counts, vertex_ids, edge_ids = _upsert(conn, pipeline_id, data)
+    counts, vertex_ids, edge_ids, touched = _upsert(conn, pipeline_id, data)
+    packed.repack(conn, pipeline_id, touched if current else None)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_load
@@ -163,7 +168,8 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
 
 
 def _upsert(conn: psycopg.Connection, pipeline_id: int,
-            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int]]:
+            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int], set[int]]:
+    """Counts, the ids of the vertices and edges written, and the edges' ends."""
     _check_duplicates(data)
     if data.errors:
         raise InvalidRequest(f"{len(data.errors)} bad line(s), nothing loaded: "
@@ -180,7 +186,7 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
             {"p": pipeline_id, "types": list(types), "keys": list(keys), "labels": list(labels),
              "docs": ["\x1f".join(d) for d in documents]})]
     if not data.edges:
-        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, []
+        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, [], set()
     ends = {(e[0], e[1]) for e in data.edges} | {(e[3], e[4]) for e in data.edges}
     types, keys = zip(*ends)
     ids = {(t, k): i for t, k, i in conn.execute(
@@ -204,17 +210,26 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
             {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in edges], "t": [e[2] for e in edges],
              "d": [ids[(e[3], e[4])] for e in edges], "w": [e[5] for e in edges],
              "dir": [e[6] for e in edges]})]
-    return {"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids
+    return ({"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids,
+            set(ids.values()))
 
 
 def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str, *,
                   age: bool = False) -> None:
     """Delete a vertex and its edges (from the AGE mirror too when ``age`` and it is current)."""
+    current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
+    ends = {r[0] for r in conn.execute(
+        "SELECT e.dst FROM pgbraid.edges e JOIN pgbraid.vertices v ON v.pipeline_id = e.pipeline_id"
+        " AND v.id = e.src WHERE v.pipeline_id = %(p)s AND v.type = %(t)s AND v.key = %(k)s"
+        " UNION SELECT e.src FROM pgbraid.edges e JOIN pgbraid.vertices v ON v.pipeline_id ="
+        " e.pipeline_id AND v.id = e.dst WHERE v.pipeline_id = %(p)s AND v.type = %(t)s"
+        " AND v.key = %(k)s", {"p": pipeline_id, "t": vtype, "k": key})}
     row = conn.execute("DELETE FROM pgbraid.vertices WHERE pipeline_id = %s AND type = %s AND key = %s"
                        " RETURNING id", (pipeline_id, vtype, key)).fetchone()
     if row is None:
         raise NotFound(f"vertex {vtype}:{key} does not exist")
+    packed.repack(conn, pipeline_id, ends | {row[0]} if current else None)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_delete
