@@ -1,12 +1,13 @@
 -- Packed neighbour lists and degrees: what `similar` reads instead of rows.
 --
--- A big vertex's neighbours along one edge type and direction (>= 64 of them: a hub's
--- 100k in-edges) as one value: the neighbour ids minus the smallest (base), sorted, as
--- big-endian int4 in a bytea, read with numpy.frombuffer. Every vertex's edge count per
--- type and direction (pgbraid.vertex_degrees) also in blocks of 4,096 vertex ids: the
--- offsets in the block (int2) and the counts (int4). The rows of edges and
--- vertex_degrees stay the truth: these are rebuilt from them, for the vertices a load or
--- a delete touched, by pgbraid's own writes (graph/packed.py), in the same transaction.
+-- Both are cut by vertex id into spans of 4,096 ids, each id stored as its offset in
+-- the span (big-endian int2 in a bytea, read with numpy.frombuffer): a vertex's
+-- neighbours along one edge type and direction, when it has 64 or more (a hub's 100k
+-- in-edges), as a row per span they fall in, in no particular order; every vertex's
+-- edge count per type and direction (pgbraid.vertex_degrees) as a row per span of
+-- vertices, the offsets and the counts (int4). The rows of edges and vertex_degrees stay
+-- the truth: these are patched or rebuilt from them, for the vertices a load or a
+-- delete touched, by pgbraid's own writes (graph/packed.py), in the same transaction.
 --
 -- graph_versions.packed_version is the graph version they reflect: a search uses them
 -- only when it equals version in its own snapshot. A write that does not repack (SQL of
@@ -19,11 +20,11 @@ CREATE TABLE pgbraid.neighbour_lists (
     vertex       bigint NOT NULL,
     type         text NOT NULL,
     outgoing     boolean NOT NULL,
-    base         bigint NOT NULL,
+    span         bigint NOT NULL,
     members      bytea NOT NULL,
-    PRIMARY KEY (pipeline_id, vertex, type, outgoing)
+    PRIMARY KEY (pipeline_id, vertex, type, outgoing, span)
 );
--- uncompressed: a list is read whole, and pglz's decompression cost more than the bytes
+-- uncompressed: a row is read whole, and pglz's decompression cost more than the bytes
 ALTER TABLE pgbraid.neighbour_lists ALTER COLUMN members SET STORAGE EXTERNAL;
 
 CREATE TABLE pgbraid.degree_blocks (
@@ -42,19 +43,17 @@ ALTER TABLE pgbraid.degree_blocks ALTER COLUMN degrees SET STORAGE EXTERNAL;
 -- The graphs already loaded (what graph/packed.py's full repack writes). A login that
 -- sees no edges here (no superuser: row-level security) packs nothing: those pipelines
 -- read rows until their next load.
-INSERT INTO pgbraid.neighbour_lists (tenant_id, pipeline_id, vertex, type, outgoing, base, members)
-SELECT min(x.tenant_id), x.pipeline_id, x.vertex, x.type, x.outgoing, x.base,
-       string_agg(int4send((x.n - x.base)::int4), ''::bytea ORDER BY x.n)
-FROM (SELECT y.*, min(y.n) OVER (PARTITION BY y.pipeline_id, y.vertex, y.type, y.outgoing) AS base
-        FROM (SELECT e.tenant_id, e.pipeline_id, e.src AS vertex, e.type, true AS outgoing, e.dst AS n
-                FROM pgbraid.edges e JOIN pgbraid.vertex_degrees g ON g.pipeline_id = e.pipeline_id
-                 AND g.vertex = e.src AND g.type = e.type AND g.outgoing AND g.edges >= 64
-              UNION ALL
-              SELECT e.tenant_id, e.pipeline_id, e.dst, e.type, false, e.src
-                FROM pgbraid.edges e JOIN pgbraid.vertex_degrees g ON g.pipeline_id = e.pipeline_id
-                 AND g.vertex = e.dst AND g.type = e.type AND NOT g.outgoing AND g.edges >= 64) y) x
-GROUP BY x.pipeline_id, x.vertex, x.type, x.outgoing, x.base
-HAVING max(x.n) - x.base < 2147483648;
+INSERT INTO pgbraid.neighbour_lists (tenant_id, pipeline_id, vertex, type, outgoing, span, members)
+SELECT min(x.tenant_id), x.pipeline_id, x.vertex, x.type, x.outgoing, x.n / 4096,
+       string_agg(int2send((x.n % 4096)::int2), ''::bytea)
+FROM (SELECT e.tenant_id, e.pipeline_id, e.src AS vertex, e.type, true AS outgoing, e.dst AS n
+        FROM pgbraid.edges e JOIN pgbraid.vertex_degrees g ON g.pipeline_id = e.pipeline_id
+         AND g.vertex = e.src AND g.type = e.type AND g.outgoing AND g.edges >= 64
+      UNION ALL
+      SELECT e.tenant_id, e.pipeline_id, e.dst, e.type, false, e.src
+        FROM pgbraid.edges e JOIN pgbraid.vertex_degrees g ON g.pipeline_id = e.pipeline_id
+         AND g.vertex = e.dst AND g.type = e.type AND NOT g.outgoing AND g.edges >= 64) x
+GROUP BY x.pipeline_id, x.vertex, x.type, x.outgoing, x.n / 4096;
 
 INSERT INTO pgbraid.degree_blocks (tenant_id, pipeline_id, type, outgoing, block, slots, degrees)
 SELECT min(g.tenant_id), g.pipeline_id, g.type, g.outgoing, g.vertex / 4096,

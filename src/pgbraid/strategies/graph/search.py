@@ -257,11 +257,12 @@ def _similar(adj, conn, seed, types, direction, request, details, kinds) -> list
 
 def _best(scored: list[dict], want: int) -> list[dict]:
     """The candidates that can be on the page: the ``want`` best scores, ties at the last
-    one included (they are ordered by key, which is looked up only for these)."""
+    one included (they are ordered by key, which is looked up only for these; a sum of
+    Adamic-Adar weights in another order may differ in its last bit: a tie too)."""
     if len(scored) <= want:
         return scored
     last = sorted((s["score"] for s in scored), reverse=True)[want - 1]
-    return [s for s in scored if s["score"] >= last]
+    return [s for s in scored if s["score"] >= last * (1 - walks.SLACK)]
 
 
 _BOUNDS = {"jaccard": "jaccard <= shared / |N(seed)|", "cosine": "cosine <= sqrt(shared / |N(seed)|)",

@@ -157,8 +157,9 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
     Apache AGE mirror when ``age``, PGBRAID_AGE=1, and the mirror is current)."""
     current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
-    counts, vertex_ids, edge_ids, touched = _upsert(conn, pipeline_id, data)
-    packed.repack(conn, pipeline_id, touched if current else None)
+    counts, vertex_ids, edge_ids, written = _upsert(conn, pipeline_id, data)
+    touched = {s for s, _, _ in written} | {d for _, _, d in written}
+    packed.repack(conn, pipeline_id, touched if current else None, added=written)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_load
@@ -168,8 +169,8 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
 
 
 def _upsert(conn: psycopg.Connection, pipeline_id: int,
-            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int], set[int]]:
-    """Counts, the ids of the vertices and edges written, and the edges' ends."""
+            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int], list[tuple]]:
+    """Counts, the ids of the vertices and edges written, and the edges (src, type, dst)."""
     _check_duplicates(data)
     if data.errors:
         raise InvalidRequest(f"{len(data.errors)} bad line(s), nothing loaded: "
@@ -186,7 +187,7 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
             {"p": pipeline_id, "types": list(types), "keys": list(keys), "labels": list(labels),
              "docs": ["\x1f".join(d) for d in documents]})]
     if not data.edges:
-        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, [], set()
+        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, [], []
     ends = {(e[0], e[1]) for e in data.edges} | {(e[3], e[4]) for e in data.edges}
     types, keys = zip(*ends)
     ids = {(t, k): i for t, k, i in conn.execute(
@@ -199,19 +200,19 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
         raise InvalidRequest(f"{len(missing)} edge endpoint(s) are not vertices, nothing loaded: "
                              + "; ".join(missing[:3]), errors=missing[:MAX_REPORTED])
     edge_ids: list[int] = []
+    written = [(ids[(e[0], e[1])], e[2], ids[(e[3], e[4])]) for e in data.edges]
     for start in range(0, len(data.edges), CHUNK):
         edges = data.edges[start:start + CHUNK]
+        part = written[start:start + CHUNK]
         edge_ids += [r[0] for r in conn.execute(
             "INSERT INTO pgbraid.edges (pipeline_id, src, type, dst, weight, directed)"
             " SELECT %(p)s, s, t, d, w, dir FROM unnest(%(s)b::bigint[], %(t)b::text[],"
             " %(d)b::bigint[], %(w)b::float8[], %(dir)b::bool[]) AS x(s, t, d, w, dir)"
             " ON CONFLICT (pipeline_id, src, type, dst) DO UPDATE SET weight = EXCLUDED.weight,"
             " directed = EXCLUDED.directed RETURNING id",
-            {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in edges], "t": [e[2] for e in edges],
-             "d": [ids[(e[3], e[4])] for e in edges], "w": [e[5] for e in edges],
-             "dir": [e[6] for e in edges]})]
-    return ({"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids,
-            set(ids.values()))
+            {"p": pipeline_id, "s": [w[0] for w in part], "t": [w[1] for w in part],
+             "d": [w[2] for w in part], "w": [e[5] for e in edges], "dir": [e[6] for e in edges]})]
+    return {"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids, written
 
 
 def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str, *,
@@ -219,17 +220,18 @@ def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: s
     """Delete a vertex and its edges (from the AGE mirror too when ``age`` and it is current)."""
     current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
-    ends = {r[0] for r in conn.execute(
-        "SELECT e.dst FROM pgbraid.edges e JOIN pgbraid.vertices v ON v.pipeline_id = e.pipeline_id"
-        " AND v.id = e.src WHERE v.pipeline_id = %(p)s AND v.type = %(t)s AND v.key = %(k)s"
-        " UNION SELECT e.src FROM pgbraid.edges e JOIN pgbraid.vertices v ON v.pipeline_id ="
-        " e.pipeline_id AND v.id = e.dst WHERE v.pipeline_id = %(p)s AND v.type = %(t)s"
-        " AND v.key = %(k)s", {"p": pipeline_id, "t": vtype, "k": key})}
+    edges = conn.execute(  # the vertex's edges, both ways: their ends' lists lose them
+        "WITH v AS (SELECT id FROM pgbraid.vertices WHERE pipeline_id = %(p)s AND type = %(t)s"
+        " AND key = %(k)s) SELECT e.src, e.type, e.dst FROM pgbraid.edges e, v WHERE"
+        " e.pipeline_id = %(p)s AND e.src = v.id UNION ALL SELECT e.src, e.type, e.dst FROM"
+        " pgbraid.edges e, v WHERE e.pipeline_id = %(p)s AND e.dst = v.id",
+        {"p": pipeline_id, "t": vtype, "k": key}).fetchall()
     row = conn.execute("DELETE FROM pgbraid.vertices WHERE pipeline_id = %s AND type = %s AND key = %s"
                        " RETURNING id", (pipeline_id, vtype, key)).fetchone()
     if row is None:
         raise NotFound(f"vertex {vtype}:{key} does not exist")
-    packed.repack(conn, pipeline_id, ends | {row[0]} if current else None)
+    ends = {s for s, _, _ in edges} | {d for _, _, d in edges} | {row[0]}
+    packed.repack(conn, pipeline_id, ends if current else None, removed=edges)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_delete
