@@ -221,20 +221,30 @@ def _columns(keys) -> dict[str, list]:
 
 
 _READ_LISTS = ("SELECT vertex, span, members FROM pgbraid.neighbour_lists WHERE pipeline_id = %s"
-               " AND vertex = ANY(%s) AND type = %s AND outgoing = %s")
+               " AND vertex = ANY(%s) AND type = %s AND outgoing = %s ORDER BY vertex")
 _READ_DEGREES = ("SELECT block, slots, degrees FROM pgbraid.degree_blocks WHERE pipeline_id = %s"
                  " AND type = %s AND outgoing = %s AND block = ANY(%s)")
+
+
+def _decoded(spans: list[int], parts: list[bytes]) -> np.ndarray:
+    """Rows of int2 offsets in their spans -> the ids, in row order (one decode)."""
+    offsets = np.frombuffer(b"".join(parts), dtype=">i2").astype(np.int64)
+    return offsets + np.repeat(np.array(spans, dtype=np.int64) * SPAN,
+                               [len(p) // 2 for p in parts])
 
 
 def lists(conn: psycopg.Connection, pipeline_id: int, ids: list[int], vtype: str,
           outgoing: bool) -> dict[int, np.ndarray]:
     """The packed lists of these vertices that exist: vertex -> neighbour ids (int64)."""
-    parts: dict[int, list[np.ndarray]] = {}
-    for v, span, members in conn.execute(_READ_LISTS, (pipeline_id, ids, vtype, outgoing),
-                                         binary=True):
-        parts.setdefault(v, []).append(np.frombuffer(members, dtype=">i2").astype(np.int64)
-                                       + span * SPAN)
-    return {v: np.concatenate(p) for v, p in parts.items()}
+    rows = conn.execute(_READ_LISTS, (pipeline_id, ids, vtype, outgoing), binary=True).fetchall()
+    if not rows:
+        return {}
+    members = _decoded([r[1] for r in rows], [r[2] for r in rows])
+    vertices = [r[0] for r in rows]
+    sizes: dict[int, int] = {}
+    for v, row in zip(vertices, rows):
+        sizes[v] = sizes.get(v, 0) + len(row[2]) // 2
+    return dict(zip(sizes, np.split(members, np.cumsum(list(sizes.values()))[:-1])))
 
 
 def degrees(conn: psycopg.Connection, pipeline_id: int, ids: np.ndarray, vtype: str,
@@ -246,9 +256,8 @@ def degrees(conn: psycopg.Connection, pipeline_id: int, ids: np.ndarray, vtype: 
                                         np.unique(ids // SPAN).tolist()), binary=True).fetchall()
     if not rows:
         return np.zeros(len(ids), dtype=np.int64)
-    known = np.concatenate([np.frombuffer(slots, dtype=">i2").astype(np.int64) + block * SPAN
-                            for block, slots, _ in rows])
-    counts = np.concatenate([np.frombuffer(c, dtype=">i4") for _, _, c in rows])
+    known = _decoded([r[0] for r in rows], [r[1] for r in rows])
+    counts = np.frombuffer(b"".join(r[2] for r in rows), dtype=">i4")
     low, high = int(ids[0]), int(ids[-1])
     dense = np.zeros(high - low + 1, dtype=np.int64)  # the spans cover ids: as dense
     inside = (known >= low) & (known <= high)
