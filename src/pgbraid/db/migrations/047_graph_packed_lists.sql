@@ -12,8 +12,15 @@
 -- graph_versions.packed_version is the graph version they reflect: a search uses them
 -- only when it equals version in its own snapshot. A write that does not repack (SQL of
 -- your own) bumps version alone, so the search reads rows until the next load repacks.
-ALTER TABLE pgbraid.graph_versions ADD COLUMN packed_version bigint;
-
+-- Each statement is its own EXECUTE (as in 044): on a Citus coordinator whose schema is
+-- distributed, a statement of a multi-statement string reaches the workers as the whole
+-- string; the storage is part of CREATE TABLE (Citus refuses ALTER ... SET STORAGE).
+-- Uncompressed: a row is read whole, and pglz's decompression cost more than the bytes.
+DO $migration$
+DECLARE t text;
+BEGIN
+    EXECUTE 'ALTER TABLE pgbraid.graph_versions ADD COLUMN packed_version bigint';
+    EXECUTE $sql$
 CREATE TABLE pgbraid.neighbour_lists (
     tenant_id    text NOT NULL DEFAULT current_setting('pgbraid.tenant'),
     pipeline_id  bigint NOT NULL REFERENCES pgbraid.pipelines ON DELETE CASCADE,
@@ -21,28 +28,24 @@ CREATE TABLE pgbraid.neighbour_lists (
     type         text NOT NULL,
     outgoing     boolean NOT NULL,
     span         bigint NOT NULL,
-    members      bytea NOT NULL,
+    members      bytea STORAGE EXTERNAL NOT NULL,
     PRIMARY KEY (pipeline_id, vertex, type, outgoing, span)
-);
--- uncompressed: a row is read whole, and pglz's decompression cost more than the bytes
-ALTER TABLE pgbraid.neighbour_lists ALTER COLUMN members SET STORAGE EXTERNAL;
-
+)$sql$;
+    EXECUTE $sql$
 CREATE TABLE pgbraid.degree_blocks (
     tenant_id    text NOT NULL DEFAULT current_setting('pgbraid.tenant'),
     pipeline_id  bigint NOT NULL REFERENCES pgbraid.pipelines ON DELETE CASCADE,
     type         text NOT NULL,
     outgoing     boolean NOT NULL,
     block        bigint NOT NULL,
-    slots        bytea NOT NULL,
-    degrees      bytea NOT NULL,
+    slots        bytea STORAGE EXTERNAL NOT NULL,
+    degrees      bytea STORAGE EXTERNAL NOT NULL,
     PRIMARY KEY (pipeline_id, type, outgoing, block)
-);
-ALTER TABLE pgbraid.degree_blocks ALTER COLUMN slots SET STORAGE EXTERNAL;
-ALTER TABLE pgbraid.degree_blocks ALTER COLUMN degrees SET STORAGE EXTERNAL;
-
--- The graphs already loaded (what graph/packed.py's full repack writes). A login that
--- sees no edges here (no superuser: row-level security) packs nothing: those pipelines
--- read rows until their next load.
+)$sql$;
+    -- The graphs already loaded (what graph/packed.py's full repack writes). A login that
+    -- sees no edges here (no superuser: row-level security) packs nothing: those
+    -- pipelines read rows until their next load.
+    EXECUTE $sql$
 INSERT INTO pgbraid.neighbour_lists (tenant_id, pipeline_id, vertex, type, outgoing, span, members)
 SELECT min(x.tenant_id), x.pipeline_id, x.vertex, x.type, x.outgoing, x.n / 4096,
        string_agg(int2send((x.n % 4096)::int2), ''::bytea)
@@ -53,20 +56,15 @@ FROM (SELECT e.tenant_id, e.pipeline_id, e.src AS vertex, e.type, true AS outgoi
       SELECT e.tenant_id, e.pipeline_id, e.dst, e.type, false, e.src
         FROM pgbraid.edges e JOIN pgbraid.vertex_degrees g ON g.pipeline_id = e.pipeline_id
          AND g.vertex = e.dst AND g.type = e.type AND NOT g.outgoing AND g.edges >= 64) x
-GROUP BY x.pipeline_id, x.vertex, x.type, x.outgoing, x.n / 4096;
-
+GROUP BY x.pipeline_id, x.vertex, x.type, x.outgoing, x.n / 4096$sql$;
+    EXECUTE $sql$
 INSERT INTO pgbraid.degree_blocks (tenant_id, pipeline_id, type, outgoing, block, slots, degrees)
 SELECT min(g.tenant_id), g.pipeline_id, g.type, g.outgoing, g.vertex / 4096,
        string_agg(int2send((g.vertex % 4096)::int2), ''::bytea ORDER BY g.vertex),
        string_agg(int4send(least(g.edges, 2147483647)::int4), ''::bytea ORDER BY g.vertex)
 FROM pgbraid.vertex_degrees g
-GROUP BY g.pipeline_id, g.type, g.outgoing, g.vertex / 4096;
-
-UPDATE pgbraid.graph_versions SET packed_version = version;
-
-DO $$
-DECLARE t text;
-BEGIN
+GROUP BY g.pipeline_id, g.type, g.outgoing, g.vertex / 4096$sql$;
+    EXECUTE 'UPDATE pgbraid.graph_versions SET packed_version = version';
     FOREACH t IN ARRAY ARRAY['neighbour_lists', 'degree_blocks']
     LOOP
         EXECUTE format('ALTER TABLE pgbraid.%I ENABLE ROW LEVEL SECURITY', t);
@@ -75,4 +73,4 @@ BEGIN
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgbraid.%I TO pgbraid_app', t);
     END LOOP;
 END
-$$;
+$migration$;
