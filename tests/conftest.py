@@ -19,6 +19,8 @@ DATA = Path(os.environ.get("PGBRAID_SHARED_DATA")
 
 def pytest_configure(config):
     os.environ.pop("PGBRAID_DSN", None)
+    # Live sources in the tests are HTTP servers on loopback (tests/test_live.py).
+    os.environ.setdefault("PGBRAID_LIVE_PRIVATE_HOSTS", "1")
 
 
 @pytest.fixture(scope="session")

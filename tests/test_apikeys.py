@@ -177,6 +177,55 @@ def test_pipeline_admin_and_every_pipeline_imply_what_they_hold(tenant):
         every.create_key(pipeline="notes", permissions="write")
 
 
+def test_a_bounded_admin_cannot_widen_its_bound_by_redefining_classifications(tenant):
+    """The hierarchy is the tenant's: "public implies secret" would give every holder of
+    public (every reader) the secret documents, the bounded admin included. A raw session
+    (row-level security only) would read them directly."""
+    tenant.define_classification("secret")
+    tenant.ingest("notes", [{"id": "s", "text": "the vault code", "classification": ["secret"]}])
+    _, internal = _bounded_admin(tenant, pipeline="*", permissions="admin",
+                                 classification="internal")
+    _, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin")
+    for admin in (internal, notes):
+        for name, implies in (("public", ["secret"]), ("internal", ["secret"])):
+            with pytest.raises(Forbidden, match="unrestricted admin"):
+                admin.define_classification(name, implies=implies)
+        with pytest.raises(Forbidden, match="unrestricted admin"):  # raw SQL: every row
+            admin.session()
+    with pytest.raises(Forbidden):
+        internal.search("notes", "vault", classification="secret")
+    assert not internal.search("notes", "vault", type="bm25").hits
+    tenant.define_classification("internal", implies=["public"])  # the unrestricted admin may
+
+
+def test_a_bounded_admin_lists_only_the_keys_it_could_revoke(tenant):
+    """Each key names its pipeline: a pipeline's admin listing every key would learn of the
+    tenant's other pipelines, which it never sees (GET /pipelines shows it its own)."""
+    tenant.create_pipeline("hr-layoffs", embedder="none")
+    hidden = tenant.create_key(pipeline="hr-layoffs", permissions="read")
+    wide = tenant.create_key(pipeline="notes", permissions="read", classification="secret")
+    mine, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin",
+                                 classification="public")
+    made = notes.create_key(pipeline="notes", permissions="read", classification="public")
+    listed = notes.keys()
+    assert {k["id"] for k in listed} == {mine["id"], made["id"]}, listed
+    assert "hr-layoffs" not in json.dumps(listed)
+    everything = {k["id"] for k in tenant.keys()}
+    assert {hidden["id"], wide["id"], mine["id"], made["id"]} <= everything
+
+
+def test_a_pipeline_bounded_admin_creates_no_pipeline_beyond_its_own(tenant):
+    """409 "already exists" against 201 would tell it which names the tenant uses."""
+    tenant.create_pipeline("hr-layoffs", embedder="none")
+    _, notes = _bounded_admin(tenant, pipeline="notes", permissions="admin")
+    for name in ("hr-layoffs", "never-made"):
+        with pytest.raises(Forbidden, match="admin permission on pipeline"):
+            notes.create_pipeline(name, embedder="none")
+    assert "never-made" not in [p.name for p in tenant.pipelines()]
+    notes.delete_pipeline("notes")
+    assert notes.create_pipeline("notes", embedder="none").name == "notes"
+
+
 def test_a_key_expires_no_later_than_its_creator(tenant):
     soon = datetime.now(timezone.utc) + timedelta(hours=1)
     _, admin = _bounded_admin(tenant, pipeline="*", permissions="admin", expires=soon)
@@ -248,3 +297,16 @@ def test_keys_list_shows_each_keys_classifications_and_expiry_never_its_secret(d
         secret, digest = key["key"], hashlib.sha256(key["key"].encode()).hexdigest()
         assert secret not in shown.output + listed.output
         assert digest not in shown.output + listed.output and secret[12:] not in listed.output
+
+
+def test_entity_sources_are_the_unrestricted_admins_to_register_and_remove(tenant):
+    """Sources are tenant-wide (every pipeline's grounding reads them): an admin bounded
+    to a pipeline or a classification is refused before the name is looked up, so no
+    409 'already registered' or 404 tells it which sources exist."""
+    for grants in ({"pipeline": "notes", "permissions": "admin"},
+                   {"pipeline": "*", "permissions": "admin", "classification": "public"}):
+        _, bounded = _bounded_admin(tenant, **grants)
+        with pytest.raises(Forbidden, match="unrestricted admin"):
+            bounded.add_source("suppliers", table="suppliers", key="id", text="name")
+        with pytest.raises(Forbidden, match="unrestricted admin"):
+            bounded.remove_source("suppliers")

@@ -70,6 +70,19 @@ def test_a_session_cannot_write_into_another_tenant(tenant):
                          " VALUES ('someone-else', 'local', 'key.use')")
 
 
+def test_an_events_id_does_not_count_other_tenants_events(tenant, data_dir):
+    """A sequence would: the gap between two of a tenant's ids would be how many events
+    every other tenant wrote in between (fragment ids are random for the same reason)."""
+    audit.record(tenant._db, tenant.principal, "pipeline.create", "first")
+    with tenant_client(data_dir) as other:
+        for n in range(5):
+            audit.record(other._db, other.principal, "pipeline.create", f"other-{n}")
+    audit.record(tenant._db, tenant.principal, "pipeline.create", "second")
+    ids = {e["target"]: e["id"] for e in tenant.audit()}
+    assert ids["second"] - ids["first"] != 6, ids
+    assert 0 < min(ids.values()) and max(ids.values()) < 2 ** 53  # exact in JSON
+
+
 def test_record_refuses_an_unknown_action_and_a_tenant_beside_a_session(tenant):
     with pytest.raises(ValueError, match="audit.ACTIONS"):
         audit.record(tenant._db, tenant.principal, "made.up")

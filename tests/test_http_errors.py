@@ -61,13 +61,25 @@ def error_of(response, status: int, code: str) -> dict:
     (b'{"query": "pump", "group_by": "page"}', "group_by"),
     (b'{"query": "a\\u0000b"}', "NUL"),
     (b'{"query": "a\\ud800b"}', "surrogates"),
-    (b"[1, 2]", "dictionary"),
+    (b"[1, 2]", "the body must be a JSON object"),
     (b"", "body is required"),
+    (b'{"query": "pump", "params": ' + b'{"a": ' * 100_000 + b'1' + b'}' * 100_001,
+     "the body nests too deeply"),
 ])
 def test_bad_search_bodies_are_400_naming_what_is_wrong(admin, pipeline, content, fragment):
     response = admin.post(f"/pipelines/{pipeline}/search", content=content,
                           headers={"content-type": "application/json"})
     assert fragment in error_of(response, 400, "invalid_request")["message"]
+
+
+@pytest.mark.parametrize("path", ["/pipelines/{p}/search", "/keys", "/ground"])
+def test_a_json_body_sent_as_a_form_names_the_content_type(admin, pipeline, path):
+    """``curl -d '{...}'`` without a header sends application/x-www-form-urlencoded."""
+    response = admin.post(path.format(p=pipeline), content=b'{"query": "pump"}',
+                          headers={"content-type": "application/x-www-form-urlencoded"})
+    error = error_of(response, 400, "invalid_request")
+    assert error["details"]["field"] == "body"
+    assert "Content-Type: application/json" in error["message"], error
 
 
 @pytest.mark.parametrize("path, body", [

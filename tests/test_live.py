@@ -161,6 +161,41 @@ def test_params_live_fetches_even_when_held_and_makes_a_version(client, kev, rem
     assert [v["version"] for v in versions] == [1, 2]  # each fetch keeps its own time
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_host_on_the_servers_own_network_is_refused_unless_the_operator_allows_it(
+        data_dir, server, remote, host):
+    """A pipeline admin's allow-list must not reach what only the server can reach: its
+    loopback (a --no-auth pgbraid, the embeddings server), private networks, link-local
+    metadata services. The suite allows them (conftest: PGBRAID_LIVE_PRIVATE_HOSTS=1)."""
+    with tenant_client(data_dir, live_private_hosts=False) as client:
+        name = f"live-{uuid.uuid4().hex[:8]}"
+        client.create_pipeline(name, embedder="none", live={
+            **source(remote), "url": f"http://{host}:{remote.server_port}/kev/{{identifier}}",
+            "allow_hosts": [host]})
+        entry = live_entry(client.search(name, MISSING, type="auto"))
+        assert entry.status == "failed" and "not a public address" in entry.reason, entry
+        assert "PGBRAID_LIVE_PRIVATE_HOSTS" in entry.reason
+        assert Remote.hits == [] and client.documents(name)["documents"] == []
+
+
+def test_a_name_that_rebinds_to_a_private_address_is_refused_before_its_body(
+        data_dir, server, remote, monkeypatch):
+    """DNS rebinding: the name resolves to a public address for the check and to loopback
+    for the connection (the check is made to pass here). The address connected to is
+    checked again before the body is read: nothing is stored."""
+    from pgbraid.live import fetch as live_fetch
+
+    monkeypatch.setattr(live_fetch, "_check_global", lambda host, port: None)
+    with tenant_client(data_dir, live_private_hosts=False) as client:
+        name = f"live-{uuid.uuid4().hex[:8]}"
+        client.create_pipeline(name, embedder="none", live={
+            **source(remote), "url": f"http://localhost:{remote.server_port}/kev/{{identifier}}",
+            "allow_hosts": ["localhost"]})
+        entry = live_entry(client.search(name, MISSING, type="auto"))
+        assert entry.status == "failed" and "not a public address" in entry.reason, entry
+        assert client.documents(name)["documents"] == []
+
+
 def test_server_down_gives_a_failed_leg_and_the_corpus_answer(client, kev, remote):
     remote.shutdown()
     remote.server_close()

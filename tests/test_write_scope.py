@@ -128,6 +128,27 @@ def test_deleting_beyond_the_bound_is_forbidden_and_audited(tenant):
     assert [d.split(":")[0] for d in denied] == ["delete_document"] and "'sec1'" in denied[0]
 
 
+def test_a_bounded_admin_cannot_delete_a_pipeline_holding_more_than_it_may_write(tenant):
+    """Deleting the pipeline deletes every version of every document in it: a principal
+    refused the delete of one of them must be refused the whole pipeline too."""
+    admin = tenant.acting_as(Principal(tenant.tenant, {"notes": frozenset({"admin"})},
+                                       ("public",)))
+    with pytest.raises(Forbidden, match="outside this principal's classifications"):
+        admin.delete_pipeline("notes")
+    assert _current(tenant, "sec1")["version"] == 1
+    assert [d.split(":")[0] for d in _denials(tenant)] == ["delete_pipeline"]
+    # An old version beyond the bound is deleted with the pipeline too: refused as well.
+    tenant.ingest("notes", [{"id": "sec1", "text": "declassified", "classification": "public"},
+                            {"id": "int1", "text": "now public", "classification": "public"}])
+    with pytest.raises(Forbidden):
+        admin.delete_pipeline("notes")
+    tenant.create_pipeline("open", embedder="none")
+    tenant.ingest("open", [{"id": "pub1", "text": "Public page."}])
+    tenant.acting_as(Principal(tenant.tenant, {"open": frozenset({"admin"})},
+                               ("public",))).delete_pipeline("open")
+    assert "open" not in [p.name for p in tenant.pipelines()]
+
+
 def test_the_unbounded_writer_is_not_checked(tenant):
     report = tenant.ingest("notes", [{"id": "sec1", "text": "rewritten", "classification": "public"}])
     assert report.updated == 1

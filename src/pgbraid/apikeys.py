@@ -142,14 +142,25 @@ def _expiry(value: Any) -> datetime | None:
 
 
 def listing(conn: psycopg.Connection, caller: Principal) -> list[dict[str, Any]]:
-    """The session's tenant's keys (never a digest), newest first."""
+    """The session's tenant's keys (never a digest), newest first: for a bounded admin,
+    only those it could revoke (each names a pipeline, which it may not learn of)."""
     caller.require_tenant_admin("listing API keys")
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_COLUMNS + " ORDER BY created_at DESC, id").fetchall()
+    if not caller.unrestricted:
+        rows = [row for row in rows if _within(conn, caller, row)]
     for row in rows:
         for key in ("created_at", "expires_at", "revoked_at"):
             row[key] = row[key].isoformat() if row[key] else None
     return rows
+
+
+def _within(conn: psycopg.Connection, caller: Principal, row: dict[str, Any]) -> bool:
+    try:
+        _check_grants(conn, caller, "revoke", {**row, "tenant_admin": row["admin"]})
+    except Forbidden:
+        return False
+    return True
 
 
 def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str, str]:

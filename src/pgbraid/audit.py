@@ -108,8 +108,13 @@ PURGE_LOCK_TIMEOUT = "10s"
 
 Where = Union[psycopg.Connection, Database]
 
-_INSERT = ("INSERT INTO pgbraid.audit_log (principal, action, target, detail, count{at})"
-           " VALUES (%s, %s, %s, %s, %s{at_value})")
+# The id is drawn at random, as fragment ids are (migration 011): the table's identity
+# sequence is shared by every tenant, so the gap between two of a tenant's ids would count
+# the events of all the others in between. (Citus cannot drop an identity column from a
+# reference table, so the sequence stays and is overridden; migration 058: the purge.)
+_INSERT = ("INSERT INTO pgbraid.audit_log (id, principal, action, target, detail, count{at})"
+           " OVERRIDING SYSTEM VALUE"
+           " VALUES (pgbraid.random_fragment_id(), %s, %s, %s, %s, %s{at_value})")
 
 
 def principal_label(principal: Principal | str) -> str:

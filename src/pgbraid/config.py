@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     """Opt in to Tiger Data's pg_textsearch as a bm25 engine (used only when installed too)."""
     age: bool = False
     """Opt in to Apache AGE for graph (used only when installed too)."""
+    live_private_hosts: bool = False
+    """Let live sources reach loopback, private, link-local and other non-global addresses
+    (a source on this machine or its network). Off, a fetch whose host resolves to one is
+    refused: a pipeline admin's allow-list must not reach the operator's own network."""
     openai_url: str = ""
     """An OpenAI-compatible embeddings endpoint, e.g. http://127.0.0.1:8000/v1."""
     openai_model: str = "text-embedding-3-small"

@@ -65,7 +65,7 @@ class Entities:
                    create_indexes: bool = False) -> dict[str, Any]:
         """Register a table of your own as an entity source (checked against the catalog), and
         grant the tenant's source role SELECT on it: all or nothing."""
-        self.principal.require_tenant_admin("registering an entity source")
+        self.principal.require_unrestricted_admin("registering an entity source")
         text = [text] if isinstance(text, str) else list(text)
         scope = [scope] if isinstance(scope, str) else list(scope)
         allowed = source_schemas.allowed_schemas(self.settings.source_schemas, self.tenant,
@@ -83,7 +83,7 @@ class Entities:
 
     def remove_source(self, name: str) -> None:
         """Unregister a source: drop its indexes, revoke the grants no other source needs."""
-        self.principal.require_tenant_admin("removing an entity source")
+        self.principal.require_unrestricted_admin("removing an entity source")
         validate_name("entity source", name)
         with self._session() as conn:
             retired = sources.remove(conn, name)

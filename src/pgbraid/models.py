@@ -173,6 +173,11 @@ def _problem(problem: dict[str, Any], located: bool) -> dict[str, str]:
         return {"field": field, "message": f"unknown field {field!r}"}
     if kind == "missing" and located and loc == ("body",):
         return {"field": "body", "message": "a JSON body is required"}
+    if kind == "model_attributes_type" and located and loc == ("body",):
+        # A JSON array or string, or a body that was not JSON to begin with: `curl -d`
+        # without a header sends application/x-www-form-urlencoded.
+        return {"field": "body", "message": "the body must be a JSON object, sent with "
+                                            "Content-Type: application/json"}
     message = printable(str(problem.get("msg", "invalid")).removeprefix("Value error, "), 200)
     return {"field": field, "message": f"{field or 'request'}: {message}"}
 

@@ -42,8 +42,12 @@ class TenantAdmin:
         self._usage.add(self.tenant, self.principal, "key.use", operation)
 
     def define_classification(self, name: str, implies: Iterable[str] = ()) -> None:
-        """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal)."""
-        self.principal.require_tenant_admin("defining a classification")
+        """Declare that holding ``name`` also grants ``implies`` (e.g. secret -> internal).
+
+        The unrestricted admin's only: the hierarchy is the whole tenant's, so a bounded
+        admin defining "public implies secret" would widen its own bound, and every
+        reader's, to secret."""
+        self.principal.require_unrestricted_admin("defining a classification")
         (name,) = parse_classifications([name])
         implied = list(parse_classifications(list(implies))) if implies else []
         with self._session() as conn:

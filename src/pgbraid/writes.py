@@ -47,6 +47,9 @@ class Writes:
         ``encrypt``: text, titles and ``encrypt_metadata`` fields sealed (encryption.py);
         ``live``: a live source (live.LiveSource or its dict)."""
         self.principal.require_tenant_admin("creating a pipeline")
+        # Admin on the new name too, before it is looked up: an admin bounded to other
+        # pipelines would otherwise learn which names exist (409) and make unreadable ones.
+        self.principal.require(name, "admin")
         options["encryption"] = encryption.settings_for(self.keyring, encrypt, encrypt_metadata)
         chosen = embedders.validate_name(embedder)
         source = live_fetch.parse(live) if live is not None else None
@@ -76,6 +79,9 @@ class Writes:
         self.principal.require(name, "admin")
         with self._session() as conn:
             pipeline = pipelines.get(conn, name)
+            bound = guard.bound_for(conn, self.principal)
+            if bound is not None:
+                bound.check_pipeline(conn, pipeline.id, name)
             pipelines.delete(conn, name)
             audit.record(conn, self.principal, "pipeline.delete", name)
         if pipeline.embedder:

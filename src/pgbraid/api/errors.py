@@ -59,9 +59,16 @@ def respond(exc: BaseException) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
+# What FastAPI says of a JSON body json.loads fails on with anything but a decoding
+# error: in practice RecursionError, a body nested thousands of levels deep.
+FRAMEWORK_PARSE_ERROR = "There was an error parsing the body"
+
+
 def raise_as_pgbraid(exc: StarletteHTTPException) -> NoReturn:
     """The pgbraid error a framework HTTP error stands for."""
     status, detail = exc.status_code, printable(str(exc.detail), 200)
+    if status == 400 and exc.detail == FRAMEWORK_PARSE_ERROR:
+        raise InvalidRequest("the body nests too deeply to be read as JSON", field="body") from None
     if status == 404:
         raise NotFound("no such route: see /openapi.json", route=True) from None
     if status == 405:

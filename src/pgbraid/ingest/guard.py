@@ -6,7 +6,8 @@ through their hierarchy):
 
 - a record whose classifications are not all held is refused;
 - a document whose current version holds a classification outside ``held`` may
-  be neither overwritten, deleted, quarantined nor released (ingest/quarantine.py); content is compared only with a current
+  be neither overwritten, deleted, quarantined nor released (ingest/quarantine.py), and a
+  pipeline holding any version outside it may not be deleted; content is compared only with a current
   version that is within ``held`` (so "unchanged" is never said of a version the
   writer could not read, and the answer is the same whatever the text);
 - document ids are unique per pipeline, so such a refusal does tell the writer
@@ -50,6 +51,15 @@ class WriteBound:
             self._refuse(document_id, f"document {document_id!r} exists with a current version "
                          "outside this principal's classifications: it may not overwrite or "
                          "delete it")
+
+    def check_pipeline(self, conn: psycopg.Connection, pipeline_id: int, name: str) -> None:
+        """Deleting a pipeline deletes every version of every document in it: every one must
+        be within ``held`` (one that is not is a document this writer may not delete)."""
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM pgbraid.versions v"
+                        " WHERE v.pipeline_id = %s AND NOT v.classifications <@ %s::text[])",
+                        (pipeline_id, sorted(self.held))).fetchone()[0]:
+            raise Forbidden(f"{REFUSED}pipeline {name!r} holds versions outside this principal's "
+                            "classifications: it may not delete them", pipeline=name)
 
     def _refuse(self, document_id: str, message: str) -> None:
         self.refused.append(document_id)

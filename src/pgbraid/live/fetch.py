@@ -12,7 +12,9 @@ will). Environment proxies are ignored: the allow-list names the hosts reached.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
+import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,7 +56,9 @@ def render(source: LiveSource, value: str) -> str:
     return source.url.replace("{" + source.placeholder + "}", quote(value, safe=""))
 
 
-def fetch(source: LiveSource, url: str) -> Fetched:
+def fetch(source: LiveSource, url: str, *, private: bool = False) -> Fetched:
+    """``private``: the operator lets sources reach non-global addresses
+    (PGBRAID_LIVE_PRIVATE_HOSTS); otherwise every hop's host must resolve to global ones."""
     deadline = time.monotonic() + source.timeout
     host = urlsplit(url).hostname or ""
     try:
@@ -63,7 +67,11 @@ def fetch(source: LiveSource, url: str) -> Fetched:
                                                     "Accept": "application/json"}) as http:
             for _ in range(MAX_REDIRECTS + 1):
                 host = _check_hop(source, url)
+                if not private:
+                    _check_global(host, urlsplit(url).port)
                 with http.stream("GET", url) as response:
+                    if not private:  # the address connected to, whatever DNS said since
+                        _check_peer(response, host)
                     if response.is_redirect:
                         url = urljoin(url, response.headers.get("location", ""))
                         _left(deadline, source, host)
@@ -90,6 +98,39 @@ def _check_hop(source: LiveSource, url: str) -> str:
         raise LiveFailure(f"refused: host {printable(parts.hostname or '', 80)!r} is not in "
                           "the live source's allow_hosts", host=parts.hostname)
     return parts.hostname or ""
+
+
+def _check_global(host: str, port: int | None) -> None:
+    """Refuse a host that is, or resolves to, an address outside the public internet:
+    loopback (a --no-auth pgbraid, the embeddings server), private networks, link-local
+    (cloud metadata at 169.254.169.254), unspecified, reserved."""
+    try:
+        infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # it cannot be reached either: the connection fails and says so
+    for info in infos:
+        _refuse_private(str(info[4][0]), host)
+
+
+def _check_peer(response: httpx.Response, host: str) -> None:
+    """The address the connection reached, checked again before a byte of the body is
+    read: a name that resolves to a public address for the check and to a private one
+    for the connection (DNS rebinding) is refused here."""
+    stream = response.extensions.get("network_stream")
+    peer = stream.get_extra_info("server_addr") if stream is not None else None
+    if not peer:
+        raise LiveFailure(f"refused: the address {printable(host, 80)!r} connected to is "
+                          "unknown", host=host)
+    _refuse_private(str(peer[0]), host)
+
+
+def _refuse_private(address_text: str, host: str) -> None:
+    address = ipaddress.ip_address(address_text.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    if not address.is_global or (mapped is not None and not mapped.is_global):
+        raise LiveFailure(f"refused: host {printable(host, 80)!r} is not a public address "
+                          f"({address}); PGBRAID_LIVE_PRIVATE_HOSTS=1 lets live sources "
+                          "reach private ones", host=host)
 
 
 def _left(deadline: float, source: LiveSource, host: str) -> None:

@@ -168,7 +168,8 @@ def _fetch_and_store(client: "Client", pipeline: Pipeline, source: LiveSource,
     fetches, docs = [], []
     for value in values:
         began = time.perf_counter()
-        fetched = fetch(source, render(source, value))
+        fetched = fetch(source, render(source, value),
+                        private=client.settings.live_private_hosts)
         found = documents(source, fetched)
         docs.extend(found)
         fetches.append({"host": fetched.host, "status": fetched.status, "ms": _ms(began),
