@@ -34,9 +34,11 @@ _LOCK = ("SELECT version, packed_version FROM pgbraid.graph_versions WHERE pipel
          " FOR UPDATE")
 _KEYS = "unnest(%(v)s::bigint[], %(t)s::text[], %(o)s::bool[])"
 
-# The lists (vertex, type, direction) in %(v)s, %(t)s, %(o)s, rebuilt from the edges.
+# The lists (vertex, type, direction) in %(v)s, %(t)s, %(o)s, rebuilt from the edges
+# (dropped first: ON CONFLICT only so that Citus sends no COPY, refused under row-level
+# security, for an INSERT ... SELECT; the same below).
 _BUILD = f"""
-WITH big AS (SELECT * FROM {_KEYS} b(vertex, type, outgoing))
+WITH big AS (SELECT k.vertex, k.type, k.outgoing FROM {_KEYS} k(vertex, type, outgoing))
 INSERT INTO pgbraid.neighbour_lists (pipeline_id, vertex, type, outgoing, span, members)
 SELECT %(p)s, x.vertex, x.type, x.outgoing, x.n / %(size)s,
        string_agg(int2send((x.n %% %(size)s)::int2), ''::bytea)
@@ -46,6 +48,7 @@ FROM (SELECT b.vertex, b.type, b.outgoing, e.dst AS n FROM big b JOIN pgbraid.ed
       SELECT b.vertex, b.type, b.outgoing, e.src FROM big b JOIN pgbraid.edges e
         ON e.pipeline_id = %(p)s AND e.dst = b.vertex AND e.type = b.type WHERE NOT b.outgoing) x
 GROUP BY x.vertex, x.type, x.outgoing, x.n / %(size)s
+ON CONFLICT (pipeline_id, vertex, type, outgoing, span) DO UPDATE SET members = EXCLUDED.members
 """
 _BIG = ("SELECT vertex, type, outgoing, edges FROM pgbraid.vertex_degrees WHERE pipeline_id = %(p)s"
         " AND (%(ids)s::bigint[] IS NULL OR vertex = ANY(%(ids)s)) AND edges >= %(least)s")
@@ -57,14 +60,16 @@ _SPANS = (f"SELECT n.vertex, n.type, n.outgoing, n.span, n.members FROM {_KEYS}"
           " AND n.type = k.t AND n.outgoing = k.o WHERE n.span = ANY(%(spans)s)")
 # Every row of the lists in %(v)s, %(t)s, %(o)s (those of every vertex of %(ids)s if %(all)s)
 _DROP = ("DELETE FROM pgbraid.neighbour_lists n WHERE n.pipeline_id = %(p)s AND (%(ids)s::bigint[]"
-         f" IS NULL OR (%(all)s AND n.vertex = ANY(%(ids)s)) OR (n.vertex, n.type, n.outgoing) IN"
-         f" (SELECT * FROM {_KEYS}))")
+         " IS NULL OR (%(all)s AND n.vertex = ANY(%(ids)s)) OR EXISTS (SELECT 1 FROM"
+         f" {_KEYS} k(v, t, o) WHERE (k.v, k.t, k.o) = (n.vertex, n.type, n.outgoing)))")
 _DROP_SPANS = ("DELETE FROM pgbraid.neighbour_lists n USING unnest(%(v)s::bigint[], %(t)s::text[],"
                " %(o)s::bool[], %(s)s::bigint[]) k(v, t, o, s) WHERE n.pipeline_id = %(p)s AND"
                " (n.vertex, n.type, n.outgoing, n.span) = (k.v, k.t, k.o, k.s)")
 _WRITE_SPANS = ("INSERT INTO pgbraid.neighbour_lists (pipeline_id, vertex, type, outgoing, span,"
-                " members) SELECT %(p)s, k.* FROM unnest(%(v)s::bigint[], %(t)s::text[],"
-                " %(o)s::bool[], %(s)s::bigint[], %(m)s::bytea[]) k")
+                " members) SELECT %(p)s, k.v, k.t, k.o, k.s, k.m FROM unnest(%(v)s::bigint[],"
+                " %(t)s::text[], %(o)s::bool[], %(s)s::bigint[], %(m)s::bytea[]) k(v, t, o, s, m)"
+                " ON CONFLICT (pipeline_id, vertex, type, outgoing, span) DO UPDATE"
+                " SET members = EXCLUDED.members")
 _DROP_DEGREES = ("DELETE FROM pgbraid.degree_blocks WHERE pipeline_id = %(p)s"
                  " AND (%(spans)s::bigint[] IS NULL OR block = ANY(%(spans)s))")
 _DEGREES = """
@@ -74,6 +79,8 @@ SELECT %(p)s, g.type, g.outgoing, g.vertex / %(size)s,
        string_agg(int4send(least(g.edges, 2147483647)::int4), ''::bytea ORDER BY g.vertex)
 FROM {source}
 GROUP BY g.type, g.outgoing, g.vertex / %(size)s
+ON CONFLICT (pipeline_id, type, outgoing, block) DO UPDATE
+SET slots = EXCLUDED.slots, degrees = EXCLUDED.degrees
 """
 _ALL_DEGREES = "pgbraid.vertex_degrees g WHERE g.pipeline_id = %(p)s"
 _NOW = ("SELECT vertex, type, outgoing, edges FROM pgbraid.vertex_degrees WHERE pipeline_id = %(p)s"
@@ -81,8 +88,10 @@ _NOW = ("SELECT vertex, type, outgoing, edges FROM pgbraid.vertex_degrees WHERE 
 _OLD_DEGREES = ("SELECT type, outgoing, block, slots, degrees FROM pgbraid.degree_blocks"
                 " WHERE pipeline_id = %(p)s AND block = ANY(%(spans)s)")
 _WRITE_DEGREES = ("INSERT INTO pgbraid.degree_blocks (pipeline_id, type, outgoing, block, slots,"
-                  " degrees) SELECT %(p)s, k.* FROM unnest(%(t)s::text[], %(o)s::bool[],"
-                  " %(b)s::bigint[], %(s)s::bytea[], %(d)s::bytea[]) k")
+                  " degrees) SELECT %(p)s, k.t, k.o, k.b, k.s, k.d FROM unnest(%(t)s::text[],"
+                  " %(o)s::bool[], %(b)s::bigint[], %(s)s::bytea[], %(d)s::bytea[]) k(t, o, b, s, d)"
+                  " ON CONFLICT (pipeline_id, type, outgoing, block) DO UPDATE"
+                  " SET slots = EXCLUDED.slots, degrees = EXCLUDED.degrees")
 # a range of the primary key per span (OFFSET 0: as a join the planner scanned it all)
 _SOME_DEGREES = ("unnest(%(spans)s::bigint[]) b(n) CROSS JOIN LATERAL (SELECT * FROM"
                  " pgbraid.vertex_degrees d WHERE d.pipeline_id = %(p)s AND d.vertex >= b.n * %(size)s"
