@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 import bm25s
 import numpy as np
@@ -115,100 +114,6 @@ def test_pruning_ranks_exactly_like_scoring_every_posting(client, cranfield):
     assert pruned > len(queries) // 2
     with pytest.raises(InvalidRequest, match="pruning"):
         client.search(cranfield, "wing", type="bm25", params={"pruning": "wand"})
-
-
-def _brute_force(lists, weights, size, dead, impacts):
-    scores = np.zeros(size)
-    for postings, weight in zip(lists, weights):
-        scores[postings.ordinals] += weight * postings.impacts(*impacts)
-    scores[dead] = 0
-    ranked = sorted((-s, o) for o, s in enumerate(scores) if s > 0)
-    return [o for _, o in ranked], scores
-
-
-def _synthetic(seed: int, size: int, terms: int = 12):
-    from pgbraid.strategies.bm25_postings import Postings
-
-    rng = np.random.default_rng(seed)
-    lists, weights = [], []
-    for df in rng.zipf(1.3, terms).clip(1, size):
-        ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
-        tfs = rng.integers(1, 3, df).astype("<u2")  # few distinct values: many ties
-        lengths = rng.choice([10, 20], df).astype("<u2")
-        lists.append(Postings(ordinals, tfs, lengths))
-        weights.append(float(np.log(1 + size / df)))
-    return lists, weights, rng.choice(size, 50, replace=False)
-
-
-@pytest.mark.parametrize(("seed", "size"), [(s, 5000) for s in range(6)]
-                         + [(s, 100_000) for s in range(6, 9)])
-def test_pruning_on_synthetic_lists_with_ties_and_dead_fragments(seed, size):
-    """MaxScore and block-max rank exactly as scoring every posting: same fragments,
-    same order (ties by ordinal), bit-identical scores, dead fragments never."""
-    from pgbraid.strategies import bm25_topk
-
-    impacts = (0.9, 0.4, 20.0)
-    lists, weights, dead = _synthetic(seed, size, terms=12 if size < 10_000 else 30)
-    order, scores = _brute_force(lists, weights, size, dead, impacts)
-    for width in (1, 10, 40):
-        ranked, firsts = [], []
-        for pruning in ("maxscore", "blockmax", "none"):
-            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
-            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
-                                        pruning=pruning)
-            first = ranking.top(width)
-            firsts.append((first.tolist(), ranking.scores[first].tolist()))
-            if pruning == "maxscore":
-                assert ranking.stats.candidates > 0  # phase 2 ran
-            if pruning == "blockmax" and size > 10_000:
-                assert ranking.stats.windows_scored < ranking.stats.windows  # it pruned
-                assert ranking.stats.scored < ranking.stats.postings
-            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
-                                        pruning=pruning)
-            ranked.append([o for batch in ranking.batches(width) for o in batch.tolist()])
-            assert np.allclose(ranking.scores[ranked[-1]], scores[ranked[-1]], rtol=1e-12)
-        assert firsts[0] == firsts[1] == firsts[2]  # same fragments, same bits
-        assert firsts[0][0] == order[:width]
-        assert ranked[0] == ranked[1] == ranked[2]
-        got = ranked[0]
-        assert sorted(got) == sorted(order)  # every positive, live fragment, once
-        assert all(np.diff(scores[got]) <= 1e-12)  # best first
-
-
-def test_a_terms_lists_in_several_segments_rank_as_one_merged_list():
-    """by_term merges a term's lists of several segments into one sorted list (cached
-    under those segments); ranking over it gives the same fragments and score bits."""
-    from pgbraid.strategies import bm25_postings, bm25_topk
-    from pgbraid.strategies.bm25_postings import Postings, PostingsCache
-
-    lists, weights, dead = _synthetic(11, 30_000, terms=8)
-    parts = {}
-    for i, postings in enumerate(lists):  # each list split into three segments, interleaved
-        for segment in range(3):
-            held = postings.ordinals % 3 == segment
-            parts[(segment, f"t{i}")] = Postings(postings.ordinals[held], postings.tfs[held],
-                                                 postings.lengths[held])
-    cache = PostingsCache(1 << 30)
-    created = datetime.now(timezone.utc)
-    names = [f"t{i}" for i in range(len(lists))]
-    merged = bm25_postings.by_term(1, created, parts, names, cache)
-    assert all(len(merged[n]) == 1 for n in names)
-    for n, postings in zip(names, lists):
-        np.testing.assert_array_equal(merged[n][0].ordinals, postings.ordinals)
-        np.testing.assert_array_equal(merged[n][0].tfs, postings.tfs)
-    again = bm25_postings.by_term(1, created, parts, names, cache)
-    assert all(again[n][0] is merged[n][0] for n in names)  # from the cache
-    impacts = (0.9, 0.4, 15.0)
-    ranked = []
-    for source in (merged, {n: [parts[(s, n)] for s in range(3)] for n in names}):
-        for pruning in ("none", "maxscore", "blockmax"):
-            terms = [bm25_topk.Term(n, w, source[n]) for n, w in zip(names, weights)]
-            ranking = bm25_topk.Ranking(terms, 30_000, dead.astype(np.int64), impacts,
-                                        pruning=pruning)
-            top = ranking.top(10)
-            ranked.append((top.tolist(), ranking.scores[top].tolist(),
-                           ranking.matched(top.tolist())))
-    assert all(r == ranked[0] for r in ranked)
 
 
 def test_long_code_chunk_finds_the_page_where_fulltext_finds_nothing(client, godot):  # noqa: F811

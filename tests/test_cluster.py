@@ -114,7 +114,7 @@ def test_cluster_start_needs_citus_built_and_a_sane_worker_count(tmp_path):
 def test_a_tenant_policy_holds_on_the_workers_only_when_set_local(cluster):
     """What the distributed pgbraid schema relies on (docs/scale.md): with
     citus.propagate_set_commands = 'local', SET LOCAL of the tenant and role reaches
-    the workers (so pgbraid's sessions use it: database.set_local); set_config(...,
+    the workers (so pgbraid's sessions use it: transaction_settings.set_local); set_config(...,
     true) does not (the workers see no tenant: zero rows, failing closed)."""
     table, role = f"tenanted_{uuid.uuid4().hex[:8]}", f"reader_{uuid.uuid4().hex[:8]}"
     ident, who = sql.Identifier(table), sql.Identifier(role)

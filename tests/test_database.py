@@ -8,7 +8,7 @@ import uuid
 from psycopg_pool import ConnectionPool
 
 import pgbraid
-from pgbraid.db import database
+from pgbraid.db import database, transaction_settings
 
 
 def test_concurrent_first_searches_open_one_pool(server, pipeline, superuser, monkeypatch):
@@ -81,3 +81,33 @@ def test_a_database_migrated_by_another_build_is_refused_by_name(server, superus
     finally:
         superuser.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(
             psycopg.sql.Identifier(name)))
+
+
+def test_a_sessions_tenant_role_and_timeout_hold_for_its_transaction_only(client):
+    """A session's settings hold in its transaction and end with it, whichever way they
+    were sent: one set_config statement on a plain server, SET LOCAL each on a Citus
+    coordinator (only those reach its workers)."""
+    db = client._db
+    db.open()
+    citus = "citus" in db.extensions
+    settings = ("SELECT current_user, current_setting('pgbraid.tenant', true),"
+                " (SELECT setting FROM pg_settings WHERE name = 'statement_timeout')")
+    with db.admin() as conn:
+        login, _, timeout = conn.execute(settings).fetchone()
+        with db.within(conn, "acme"):
+            inside = conn.execute(settings).fetchone()
+        assert inside == (database.APP_ROLE if db._drop_role else login, "acme",
+                          str(db.statement_timeout_ms))
+        assert conn.execute(settings).fetchone() in ((login, None, timeout),
+                                                     (login, "", timeout))
+        sent = transaction_settings._set_local_statements(conn, (("pgbraid.tenant", "acme"),),
+                                              "pgbraid_app", citus)
+        if citus:
+            assert sent[0].startswith(b"SET LOCAL citus.propagate_set_commands")
+            assert b'SET LOCAL ROLE "pgbraid_app"' in sent and len(sent) == 3
+        else:
+            assert sent == ((b"SELECT set_config('role', 'pgbraid_app', true),"
+                             b" set_config('pgbraid.tenant', 'acme', true)"),)
+        assert transaction_settings._set_local_statements(conn, (), database.LOGIN_ROLE,
+                                                          True)[1] == \
+            b"SET LOCAL ROLE NONE"

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from .migrations import migrate, superuser_steps
+from .transaction_settings import LOGIN_ROLE, set_local
 
 logger = logging.getLogger("pgbraid.db")
 logger.addHandler(logging.NullHandler())
@@ -31,10 +31,6 @@ APP_ROLE = "pgbraid_app"
 LEG_WAIT_S = 0.2
 """How long a leg waits for a pooled connection of its own before it runs, in turn,
 on the search's main session instead (same snapshot either way)."""
-SET_LOCALS = 256
-"""How many composed sets of SET LOCAL statements a process keeps (set_local)."""
-_SET_LOCALS: OrderedDict[tuple, tuple[bytes, ...]] = OrderedDict()
-_SET_LOCALS_LOCK = threading.Lock()
 
 
 class Database:
@@ -139,10 +135,10 @@ class Database:
 
     def _enter(self, conn: psycopg.Connection, tenant: str, role: str | None = None) -> None:
         if role is None:
-            role = APP_ROLE if self._drop_role else None
+            role = APP_ROLE if self._drop_role else LOGIN_ROLE
         set_local(conn, {"pgbraid.tenant": tenant,
                          "statement_timeout": str(self.statement_timeout_ms)},
-                  role=sql.Identifier(role) if role else sql.SQL("NONE"))
+                  role=role, citus="citus" in self.extensions)
 
     @contextmanager
     def snapshot(self, tenant: str, opening: Callable[[psycopg.Connection], Any] | None = None
@@ -293,55 +289,6 @@ def unreachable_workers(dsn: str) -> list[tuple[int, str, int]]:
                 " ORDER BY nodeid").fetchall()
     except psycopg.Error:
         return []  # the coordinator itself is gone: the error says so already
-
-
-def set_local(conn: psycopg.Connection, settings: dict[str, str],
-              role: sql.Composable | None = None) -> None:
-    """``SET LOCAL`` each setting (and the role) for the rest of the transaction, in one
-    round trip. Not ``set_config(..., true)``: on a Citus coordinator only ``SET LOCAL``
-    reaches the workers, and only with ``citus.propagate_set_commands = 'local'`` (a
-    setting a plain server keeps as an unused placeholder). Without it a worker would
-    check row-level security with no tenant (no rows: failing closed) and rank with
-    its default thresholds."""
-    statements = _set_local_statements(conn, tuple(settings.items()), role)
-    # One statement each (a multi-statement string cannot be prepared, and a snapshot
-    # sends these in pipeline mode, which prepares), in one round trip all the same.
-    # Inside a pipeline already (a snapshot's opening), they are queued in it: psycopg
-    # syncs on entering a nested pipeline with commands queued and again on leaving it,
-    # two round trips more. An error still stops every statement queued after them
-    # (PostgreSQL skips a pipeline's statements after an error until its sync).
-    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
-        for statement in statements:
-            conn.execute(statement)
-        return
-    with conn.pipeline():
-        for statement in statements:
-            conn.execute(statement)
-
-
-def _set_local_statements(conn: psycopg.Connection, settings: tuple[tuple[str, str], ...],
-                          role: sql.Composable | None) -> tuple[bytes, ...]:
-    """The SET LOCAL statements, composed once per (settings, role, encoding) in this
-    process (every search sends the tenant's; composing them anew cost more client
-    time than the server spent running them: docs/benchmarks.md)."""
-    key = (settings, repr(role), conn.info.encoding)
-    with _SET_LOCALS_LOCK:
-        found = _SET_LOCALS.get(key)
-        if found is not None:
-            _SET_LOCALS.move_to_end(key)
-            return found
-    statements = [sql.SQL("SET LOCAL citus.propagate_set_commands = 'local'")]
-    if role is not None:
-        statements.append(sql.SQL("SET LOCAL ROLE {}").format(role))
-    statements += [sql.SQL("SET LOCAL {} = {}").format(
-        sql.SQL(".").join(map(sql.Identifier, name.split("."))), sql.Literal(value))
-        for name, value in settings]
-    composed = tuple(statement.as_bytes(conn) for statement in statements)
-    with _SET_LOCALS_LOCK:
-        _SET_LOCALS[key] = composed
-        while len(_SET_LOCALS) > SET_LOCALS:
-            _SET_LOCALS.popitem(last=False)
-    return composed
 
 
 def _register_vector(conn: psycopg.Connection) -> None:

@@ -306,9 +306,10 @@ def _verify(conn: psycopg.Connection, ranking: Ranking, scope: Scope, k: int,
     found: list[dict[str, Any]] = []
     checked = rounds = 0
     ended = False
-    # Block-max prunes by the width-th best score: ask for k first (most searches keep
-    # all of them); the other rankings cost the same for any width up to a few dozen.
-    batches = ranking.batches(k if ranking.blockmax else max(4 * k, 32))
+    # Every ranking prunes by the width-th best score (block-max its windows, the others
+    # the contenders they look up): ask for k first when no filter can reject one (the
+    # postings hold what the scope may see), else for a few more.
+    batches = ranking.batches(k if ranking.blockmax or not scope.filters else max(4 * k, 32))
     for batch in batches:
         if ended:
             raise SnapshotEnded("bm25 needs another round of candidates")

@@ -61,94 +61,121 @@ MANY_TERMS, FROM_POSTINGS_MANY = 20, 250_000
 def pays(postings: int, terms: int) -> bool:
     """Whether ``auto`` ranks a query by block-max (else by scoring every posting)."""
     return postings >= FROM_POSTINGS or (terms >= MANY_TERMS and postings >= FROM_POSTINGS_MANY)
-_SPARSE = 8  # gather a list's chosen windows by binary search when it has this many more
 
 
 def top(ranking: "Ranking", width: int) -> np.ndarray:
     """The exact ``width`` best ordinals with a positive score, best first (ties by
-    ordinal); fills ``ranking.scores`` for the fragments scored."""
-    from .bm25_topk import _best
+    ordinal); the scored fragments' scores go to ``ranking`` (sparse)."""
+    from .bm25_topk import _best_sparse
 
-    windows = (ranking.size >> SHIFT) + 1
-    bounds = np.zeros(windows, dtype=np.float64)
-    blocks = []
-    for term in ranking.terms:
-        for postings in term.lists:
-            if len(postings):
-                present, starts, peaks = postings.blocks(*ranking.impacts)
-                bounds[present] += term.weight * peaks
-                blocks.append((term.weight, postings, present, starts))
-    bounds *= _MARGIN
+    blocks = _Blocks(ranking)
+    bounds = blocks.bounds()
     remaining = np.flatnonzero(bounds > 0)
     ranking.stats.windows = len(remaining)
-    ranking.scores = scores = np.zeros(ranking.size, dtype=np.float64)
-    scored: list[np.ndarray] = []
+    ordinals: list[np.ndarray] = []
+    sums: list[np.ndarray] = []
+    best = np.zeros(0, dtype=np.float64)  # the width best scores so far
     theta, chunk = 0.0, FIRST
     # Rounds: the best-bounded windows left, scored exactly; theta from all scored so far;
     # windows whose bound falls below it dropped. Ends when none is left.
     while len(remaining):
         if len(remaining) > chunk:
-            pick = np.argpartition(-bounds[remaining], chunk - 1)[:chunk]
-            chosen = np.sort(remaining[pick])
-            remaining = np.delete(remaining, pick)
+            chosen = np.sort(remaining[np.argpartition(-bounds[remaining], chunk - 1)[:chunk]])
         else:
-            chosen, remaining = remaining, remaining[:0]
+            chosen = remaining
         ranking.stats.windows_scored += len(chosen)
-        scored.append(_score(ranking, blocks, chosen, scores))
-        theta = max(theta, _theta(scores, scored, width))
+        found, values = blocks.score(chosen)
+        if len(ranking.dead):  # a dead fragment must not raise theta (nor rank)
+            live = ~np.isin(found, ranking.dead)
+            found, values = found[live], values[live]
+        ordinals.append(found)
+        sums.append(values)
+        best = np.concatenate([best, values])
+        if len(best) >= width:
+            best = np.partition(best, len(best) - width)[len(best) - width:]
+            theta = max(theta, float(best[0]))
+        bounds[chosen] = -1.0  # scored: below any theta
         remaining = remaining[bounds[remaining] >= theta]
+        if len(remaining):
+            blocks.keep(bounds, theta)
         chunk *= GROWTH
-    everything = np.concatenate(scored) if scored else np.zeros(0, dtype=np.intp)
-    if len(ranking.dead):
-        scores[ranking.dead] = -np.inf
-    ranking.stats.candidates = len(everything)
-    return _best(scores, everything[scores[everything] > 0], width)
+    found = np.concatenate(ordinals) if ordinals else np.zeros(0, dtype=np.intp)
+    values = np.concatenate(sums) if sums else np.zeros(0, dtype=np.float64)
+    ranking._sparse = (found, values, False)  # rounds in turn: not sorted
+    ranking.stats.candidates = len(found)
+    return _best_sparse(found, values, width)
 
 
-def _theta(scores: np.ndarray, scored: list[np.ndarray], width: int) -> float:
-    """The ``width``-th best score among those scored (0.0 with fewer)."""
-    count = sum(len(s) for s in scored)
-    if count < width:
-        return 0.0
-    values = np.concatenate([scores[s] for s in scored])
-    return float(np.partition(values, count - width)[count - width])
+class _Blocks:
+    """The query's (list, window) pairs, concatenated in term order (every list with a
+    posting), so that a round finds the postings of its chosen windows in a few numpy
+    calls for all lists at once rather than a dozen per list; the pairs of windows
+    scored or dropped are let go after each round."""
 
+    def __init__(self, ranking: "Ranking") -> None:
+        self.ranking = ranking
+        self.lists, present, peaks, begins, ends = [], [], [], [], []
+        for term in ranking.terms:
+            for postings in term.lists:
+                if len(postings):
+                    windows, starts, peak = postings.blocks(*ranking.impacts)
+                    self.lists.append((term.weight, postings))
+                    present.append(windows)
+                    peaks.append(term.weight * peak)
+                    begins.append(starts[:-1])
+                    ends.append(starts[1:])
+        self.windows = (ranking.size >> SHIFT) + 1
+        self._peaks = peaks
+        # each pair's window, where its postings begin and end in its list, and its list
+        self.present, self.begins, self.ends = (
+            np.concatenate(a, dtype=np.intp) if a else np.zeros(0, dtype=np.intp)
+            for a in (present, begins, ends))
+        self.owner = np.repeat(np.arange(len(present)), [len(w) for w in present])
 
-def _score(ranking: "Ranking", blocks: list, chosen: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """Score every fragment of the ``chosen`` windows (sorted) into ``scores``; returns
-    the ordinals scored."""
-    ordinals, weights = [], []
-    wanted = np.zeros((ranking.size >> SHIFT) + 1, dtype=bool)
-    wanted[chosen] = True
-    chosen32 = chosen.astype(np.int32)
-    for weight, postings, present, starts in blocks:
-        if len(present) > _SPARSE * len(chosen):
-            at = np.searchsorted(present, chosen32)
-            at[at == len(present)] = 0
-            held = at[present[at] == chosen32]
-            if not len(held):
-                continue
-            index = _ranges(starts[held], starts[held + 1])
-        else:  # most of the list's windows may be chosen: one pass over it
-            index = np.flatnonzero(wanted[postings.ordinals >> SHIFT])
-            if not len(index):
-                continue
-        ordinals.append(postings.ordinals[index])
-        weights.append(weight * postings.impacts(*ranking.impacts)[index])
-    if not ordinals:
-        return np.zeros(0, dtype=np.intp)
-    every = np.concatenate(ordinals, dtype=np.intp)
-    ranking.stats.scored += len(every)
-    # Local positions: the rank of the ordinal's window among the chosen, then the offset.
-    rank = np.zeros(len(wanted), dtype=np.intp)
-    rank[chosen] = np.arange(len(chosen))
-    local = (rank[every >> SHIFT] << SHIFT) | (every & _MASK)
-    sums = np.bincount(local, weights=np.concatenate(weights, dtype=np.float64),
-                       minlength=len(chosen) << SHIFT)
-    found = np.flatnonzero(sums)
-    ordinals_found = (chosen[found >> SHIFT] << SHIFT) | (found & _MASK)
-    scores[ordinals_found] = sums[found]
-    return ordinals_found
+    def bounds(self) -> np.ndarray:
+        """Each window's bound: its peaks summed over the lists (one bincount; a
+        fancy-index add per list cost twice as much), with the margin."""
+        if not self.lists:
+            return np.zeros(self.windows)
+        bounds = np.bincount(self.present, np.concatenate(self._peaks, dtype=np.float64),
+                             minlength=self.windows)
+        return bounds * _MARGIN
+
+    def keep(self, bounds: np.ndarray, theta: float) -> None:
+        """Only the pairs of windows whose bound still reaches theta (not scored)."""
+        held = bounds[self.present] >= theta
+        self.present, self.begins, self.ends, self.owner = (
+            a[held] for a in (self.present, self.begins, self.ends, self.owner))
+
+    def score(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The fragments of the ``chosen`` windows (sorted) with a posting, ascending, and
+        their exact scores (summed in term order, as every path does)."""
+        wanted = np.zeros(self.windows, dtype=bool)
+        wanted[chosen] = True
+        picked = np.flatnonzero(wanted[self.present])  # pairs, list by list
+        if not len(picked):
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
+        begins, ends = self.begins[picked], self.ends[picked]
+        positions = _ranges(begins, ends)  # within each list, list by list
+        cut = np.concatenate(([0], np.cumsum(np.bincount(
+            self.owner[picked], weights=ends - begins, minlength=len(self.lists))))).astype(np.intp)
+        ordinals, weights = [], []
+        impacts = self.ranking.impacts
+        for i in np.flatnonzero(cut[1:] > cut[:-1]):
+            weight, postings = self.lists[i]
+            at = positions[cut[i]:cut[i + 1]]
+            ordinals.append(postings.ordinals[at])
+            weights.append(weight * postings.impacts(*impacts)[at])
+        every = np.concatenate(ordinals, dtype=np.intp)
+        self.ranking.stats.scored += len(every)
+        # Local positions: the rank of the ordinal's window among the chosen, then the offset.
+        rank = np.zeros(self.windows, dtype=np.intp)
+        rank[chosen] = np.arange(len(chosen))
+        local = (rank[every >> SHIFT] << SHIFT) | (every & _MASK)
+        sums = np.bincount(local, weights=np.concatenate(weights, dtype=np.float64),
+                           minlength=len(chosen) << SHIFT)
+        found = np.flatnonzero(sums)
+        return (chosen[found >> SHIFT] << SHIFT) | (found & _MASK), sums[found]
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -52,6 +52,8 @@ DENSE = 2  # sum the essential postings into a dense array from size / DENSE of 
 def top(ranking: "Ranking", width: int) -> np.ndarray:
     """The exact ``width`` best ordinals with a positive score, best first (ties by
     ordinal); the candidates' scores go to ``ranking`` (sparse)."""
+    from .bm25_topk import _best_sparse
+
     terms, left = ranking.terms, ranking._left
     theta = _sampled(ranking, width)
     essential = next((i for i in range(len(terms) + 1) if left[i] < theta), len(terms))
@@ -68,12 +70,8 @@ def top(ranking: "Ranking", width: int) -> np.ndarray:
         for postings in terms[i].lists:
             at, held = _lookup(postings.ordinals, candidates)
             partial[held] += ranking._weights(terms[i], postings, at[held])
-    ranking._sparse = (candidates, partial)  # sorted: dense only if asked (Ranking.scores)
-    positive = np.flatnonzero(partial > 0)
-    if len(positive) > width:
-        cut = np.partition(partial[positive], len(positive) - width)[len(positive) - width]
-        positive = positive[partial[positive] >= cut]
-    return candidates[positive[np.lexsort((positive, -partial[positive]))]][:width]
+    ranking._sparse = (candidates, partial, True)  # dense only if asked (Ranking.scores)
+    return _best_sparse(candidates, partial, width)
 
 
 def _sampled(ranking: "Ranking", width: int) -> float:

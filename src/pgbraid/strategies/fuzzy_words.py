@@ -53,7 +53,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from .. import encryption
-from ..db.database import set_local
+from ..db.transaction_settings import set_local
 from ..scope import Scope
 from .base import HIT_COLUMNS, Row
 from .trigrams import similarity, trigrams
@@ -188,7 +188,7 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
     with conn.pipeline():
         cursors = [expand(full)]
         if exact:
-            set_thresholds(conn, 1.0)  # queued in this pipeline (database.set_local)
+            set_thresholds(conn, 1.0)  # queued in this pipeline (transaction_settings.set_local)
             cursors.append(expand(exact))
             set_thresholds(conn, threshold)
     groups: dict[int, dict[str, float]] = {}

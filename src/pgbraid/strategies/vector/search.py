@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ...db.database import set_local
+from ...db.transaction_settings import set_local
 from ...errors import BackendUnavailable, InvalidRequest
 from ...models import SearchRequest, shown
 from ...pipelines import Pipeline

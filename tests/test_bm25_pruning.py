@@ -1,0 +1,154 @@
+"""Exact pruning on synthetic posting lists: MaxScore, block-max and scoring every
+posting give the same fragments, order (ties by ordinal) and score bits as a brute
+force, dead fragments never; a term's lists in several segments rank as one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+
+def _brute_force(lists, weights, size, dead, impacts):
+    scores = np.zeros(size)
+    for postings, weight in zip(lists, weights):
+        scores[postings.ordinals] += weight * postings.impacts(*impacts)
+    scores[dead] = 0
+    ranked = sorted((-s, o) for o, s in enumerate(scores) if s > 0)
+    return [o for _, o in ranked], scores
+
+
+def _synthetic(seed: int, size: int, terms: int = 12):
+    from pgbraid.strategies.bm25_postings import Postings
+
+    rng = np.random.default_rng(seed)
+    lists, weights = [], []
+    for df in rng.zipf(1.3, terms).clip(1, size):
+        ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
+        tfs = rng.integers(1, 3, df).astype("<u2")  # few distinct values: many ties
+        lengths = rng.choice([10, 20], df).astype("<u2")
+        lists.append(Postings(ordinals, tfs, lengths))
+        weights.append(float(np.log(1 + size / df)))
+    return lists, weights, rng.choice(size, 50, replace=False)
+
+
+@pytest.mark.parametrize(("seed", "size"), [(s, 5000) for s in range(6)]
+                         + [(s, 100_000) for s in range(6, 9)])
+def test_pruning_on_synthetic_lists_with_ties_and_dead_fragments(seed, size):
+    """MaxScore and block-max rank exactly as scoring every posting: same fragments,
+    same order (ties by ordinal), bit-identical scores, dead fragments never."""
+    from pgbraid.strategies import bm25_topk
+
+    impacts = (0.9, 0.4, 20.0)
+    lists, weights, dead = _synthetic(seed, size, terms=12 if size < 10_000 else 30)
+    order, scores = _brute_force(lists, weights, size, dead, impacts)
+    for width in (1, 10, 40):
+        ranked, firsts = [], []
+        for pruning in ("maxscore", "blockmax", "none"):
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
+            first = ranking.top(width)
+            firsts.append((first.tolist(), ranking.scores[first].tolist()))
+            if pruning == "maxscore":
+                assert ranking.stats.candidates > 0  # phase 2 ran
+            if pruning == "blockmax" and size > 10_000:
+                assert ranking.stats.windows_scored < ranking.stats.windows  # it pruned
+                assert ranking.stats.scored < ranking.stats.postings
+            ranking = bm25_topk.Ranking(terms, size, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
+            ranked.append([o for batch in ranking.batches(width) for o in batch.tolist()])
+            assert np.allclose(ranking.scores[ranked[-1]], scores[ranked[-1]], rtol=1e-12)
+        assert firsts[0] == firsts[1] == firsts[2]  # same fragments, same bits
+        assert firsts[0][0] == order[:width]
+        assert ranked[0] == ranked[1] == ranked[2]
+        got = ranked[0]
+        assert sorted(got) == sorted(order)  # every positive, live fragment, once
+        assert all(np.diff(scores[got]) <= 1e-12)  # best first
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dead_fragments_at_the_top_neither_rank_nor_raise_the_threshold(seed):
+    """The best-scoring fragments are dead (expired, not merged away yet): every ranking
+    still returns the exact live top k. Block-max once took its threshold from scores
+    that counted them, dropped windows holding live contenders, and ranked others first."""
+    from pgbraid.strategies import bm25_topk
+
+    size, impacts = 100_000, (0.9, 0.4, 20.0)
+    lists, weights, _ = _synthetic(seed, size, terms=30)
+    everyone, _ = _brute_force(lists, weights, size, np.zeros(0, dtype=np.int64), impacts)
+    dead = np.asarray(everyone[:60], dtype=np.int64)
+    order, _ = _brute_force(lists, weights, size, dead, impacts)
+    for width in (10, 40):
+        for pruning in ("blockmax", "maxscore", "none"):
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead, impacts, pruning=pruning)
+            assert ranking.top(width).tolist() == order[:width], (pruning, width)
+
+
+def test_contenders_come_from_the_essential_lists_only_when_exact():
+    """Scoring every posting, the contenders above the sampled threshold are looked up
+    among the postings of the terms no contender can lack (MaxScore's essential
+    lists): on lists where the best fragments hold only common terms, the top k
+    equals the brute force's whichever way they are found."""
+    from pgbraid.strategies import bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings
+
+    size, impacts = 200_000, (0.9, 0.4, 20.0)
+    rng = np.random.default_rng(5)
+    lists = []
+    for df in (30, 4000, 50_000, 60_000, 70_000):  # one rare term, then ever commoner
+        ordinals = np.sort(rng.choice(size, df, replace=False)).astype("<i4")
+        lists.append(Postings(ordinals, rng.integers(1, 4, df).astype("<u2"),
+                              rng.choice([10, 20, 40], df).astype("<u2")))
+    weights = [3.0, 2.5, 2.0, 2.0, 2.0]  # the common terms together outscore the rare one
+    dead = rng.choice(size, 50, replace=False).astype(np.int64)
+    order, scores = _brute_force(lists, weights, size, dead, impacts)
+    for gather in (1, bm25_topk.GATHER, 10**9):  # never, as shipped, always looked up
+        for width in (1, 10, 40, 200):
+            terms = [bm25_topk.Term(f"t{i}", w, [p]) for i, (p, w) in enumerate(zip(lists, weights))]
+            ranking = bm25_topk.Ranking(terms, size, dead, impacts, pruning="none")
+            theta = float(np.partition(scores, size - width)[size - width])
+            assert ranking._holding(theta) > len(lists[0])  # the rare term's list alone would not do
+            saved, bm25_topk.GATHER = bm25_topk.GATHER, gather
+            try:
+                assert ranking.top(width).tolist() == order[:width], (gather, width)
+            finally:
+                bm25_topk.GATHER = saved
+
+
+def test_a_terms_lists_in_several_segments_rank_as_one_merged_list():
+    """by_term merges a term's lists of several segments into one sorted list (cached
+    under those segments); ranking over it gives the same fragments and score bits."""
+    from pgbraid.strategies import bm25_postings, bm25_topk
+    from pgbraid.strategies.bm25_postings import Postings, PostingsCache
+
+    lists, weights, dead = _synthetic(11, 30_000, terms=8)
+    parts = {}
+    for i, postings in enumerate(lists):  # each list split into three segments, interleaved
+        for segment in range(3):
+            held = postings.ordinals % 3 == segment
+            parts[(segment, f"t{i}")] = Postings(postings.ordinals[held], postings.tfs[held],
+                                                 postings.lengths[held])
+    cache = PostingsCache(1 << 30)
+    created = datetime.now(timezone.utc)
+    names = [f"t{i}" for i in range(len(lists))]
+    merged = bm25_postings.by_term(1, created, parts, names, cache)
+    assert all(len(merged[n]) == 1 for n in names)
+    for n, postings in zip(names, lists):
+        np.testing.assert_array_equal(merged[n][0].ordinals, postings.ordinals)
+        np.testing.assert_array_equal(merged[n][0].tfs, postings.tfs)
+    again = bm25_postings.by_term(1, created, parts, names, cache)
+    assert all(again[n][0] is merged[n][0] for n in names)  # from the cache
+    impacts = (0.9, 0.4, 15.0)
+    ranked = []
+    for source in (merged, {n: [parts[(s, n)] for s in range(3)] for n in names}):
+        for pruning in ("none", "maxscore", "blockmax"):
+            terms = [bm25_topk.Term(n, w, source[n]) for n, w in zip(names, weights)]
+            ranking = bm25_topk.Ranking(terms, 30_000, dead.astype(np.int64), impacts,
+                                        pruning=pruning)
+            top = ranking.top(10)
+            ranked.append((top.tolist(), ranking.scores[top].tolist(),
+                           ranking.matched(top.tolist())))
+    assert all(r == ranked[0] for r in ranked)
