@@ -181,6 +181,8 @@ class HubSearch:
     threshold: float | None = None
     bound: float | None = None
     verified: int = 0
+    tallied: int | None = None       # candidates in the lists (the packed path: tally.py)
+    packed: bool = False             # every list read at once, packed (tally.py)
 
     def prefix(self, read: int) -> int:
         return sum(self.degrees[z] for z in self.order[:read])

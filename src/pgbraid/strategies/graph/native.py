@@ -8,8 +8,10 @@ the scan early, so a hub's 100k edges cost what its first cap + 1 cost.
 
 from __future__ import annotations
 
+import numpy as np
 import psycopg
 
+from . import packed as packing
 from .hubs import Ask, Probed, window
 from .walks import REVERSE, Lists, heaviest_first
 
@@ -145,9 +147,10 @@ CROSS JOIN LATERAL (
 class Native:
     """The adjacency of one pipeline, read in the search's own session and snapshot."""
 
-    def __init__(self, conn: psycopg.Connection, pipeline_id: int) -> None:
+    def __init__(self, conn: psycopg.Connection, pipeline_id: int, packed: bool = False) -> None:
         self.conn = conn
         self.pipeline_id = pipeline_id
+        self.packed = packed  # the packed lists are current in this snapshot (packed.py)
 
     def _params(self, ids: list[int], direction: str, types: list[str]) -> dict:
         return {"p": self.pipeline_id, "ids": list(ids), "types": list(types),
@@ -203,6 +206,19 @@ class Native:
         _, remaining, _, gone, edges = rows.pop()
         return Probed({c: (a, n, set(shared or ())) for c, a, n, shared, _ in rows},
                       set(gone), edges, remaining)
+
+    def full_lists(self, ids, direction, vtype, degree) -> dict[int, np.ndarray]:
+        """Each id's neighbours along one type: packed when it has PACK_MIN or more
+        (``degree``: the stored counts), else from rows."""
+        big = [v for v in ids if degree.get(v, 0) >= packing.PACK_MIN]
+        found = packing.lists(self.conn, self.pipeline_id, big, vtype, direction == "out") if big else {}
+        small = [v for v in ids if v not in found and degree.get(v, 0)]
+        for v, members in (self.lists(small, direction, [vtype]) if small else {}).items():
+            found[v] = np.fromiter(members, dtype=np.int64, count=len(members))
+        return found
+
+    def block_degrees(self, ids: np.ndarray, direction, vtype) -> np.ndarray:
+        return packing.degrees(self.conn, self.pipeline_id, ids, vtype, direction == "out")
 
     def heaviest(self, ids, direction, types, cap) -> dict[int, list[tuple[int, str]]]:
         rows = self.conn.execute(_HEAVIEST, {**self._params(ids, direction, types),

@@ -52,7 +52,7 @@ MODES = ("similar", "neighbours")
 NO_RELATIONSHIPS = "no relationships materialised for this entity"
 SIMILAR_FANOUT = 1_000    # a neighbour with more edges is a hub; ATT&CK's busiest technique has 498
 NEIGHBOUR_FANOUT = 100    # per walked vertex
-HUB_BUDGET = 500_000      # hub edges read by similar's certificate (hubs.py)
+HUB_BUDGET = 2_000_000    # edges similar reads next to hubs (tally.py; hubs.py's certificate)
 
 _DOCUMENT_HITS = """
 SELECT DISTINCT ON (d.external_id) {columns}, 0.0::float8 AS score
@@ -163,7 +163,7 @@ class Graph(Strategy):
         mode, direction = _mode(request)
         details: dict[str, Any] = {"mode": mode, "seed": {k: seed[k] for k in ("type", "key", "label")},
                                    "seed_resolved_by": how, "edge_types": types, "direction": direction}
-        adj = self._adjacency(conn, pipeline, request, context, details)
+        adj = self._adjacency(conn, pipeline, request, context, details, known["packed"])
         answer = _similar if mode == "similar" else _neighbours
         entities = answer(adj, conn, seed, types, direction, request, details, known["vertices"])
         entities = entities[:k]
@@ -179,23 +179,24 @@ class Graph(Strategy):
         return Outcome(rows, details)
 
 
-    def _adjacency(self, conn, pipeline, request, context, details):
+    def _adjacency(self, conn, pipeline, request, context, details, packed):
         if request.params.get("engine") != "age":
             details["engine"] = "pgbraid"
-            return Native(conn, pipeline.id)
+            return Native(conn, pipeline.id, packed)
         from . import age  # only with PGBRAID_AGE=1 and engine "age": nothing else touches AGE
 
         details["engine"] = "age"
         return age.adjacency(conn, pipeline, context, details)
 
 
-def _known_types(conn: psycopg.Connection, pipeline_id: int) -> dict[str, list[str]]:
+def _known_types(conn: psycopg.Connection, pipeline_id: int) -> dict[str, Any]:
     """The vertex and edge types ever loaded (kept by store.py: a DISTINCT over every
-    edge would cost more than the search). A type whose last edge was deleted stays known
-    and simply finds nothing."""
-    row = conn.execute("SELECT vertex_types, edge_types FROM pgbraid.graph_versions"
-                       " WHERE pipeline_id = %s", (pipeline_id,)).fetchone()
-    return {"vertices": row[0], "edges": row[1]} if row else {"vertices": [], "edges": []}
+    edge would cost more than the search; a type whose last edge was deleted stays known
+    and simply finds nothing), and whether the packed lists are current (packed.py)."""
+    row = conn.execute("SELECT vertex_types, edge_types, packed_version = version"
+                       " FROM pgbraid.graph_versions WHERE pipeline_id = %s", (pipeline_id,)).fetchone()
+    return ({"vertices": row[0], "edges": row[1], "packed": bool(row[2])} if row
+            else {"vertices": [], "edges": [], "packed": False})
 
 
 def _seed(conn: psycopg.Connection, pipeline_id: int, request: SearchRequest) -> tuple[dict, str]:
@@ -236,7 +237,8 @@ def _similar(adj, conn, seed, types, direction, request, details, kinds) -> list
                               None if kinds == [kind] else kind, measure,
                               _want(request))
     scored, hubs, search = walks.similar(adj, question, cap=cap, budget=budget)
-    considered = len(scored)
+    tallied = getattr(search, "tallied", None)  # a HubSearch of before 047 has none (bench)
+    considered = len(scored) if tallied is None else tallied
     scored = _best(scored, question.want)
     keys = _keys(conn, sorted({s["id"] for s in scored} | {z for s in scored for z in s["shared"]}
                               | set(hubs)))
@@ -255,11 +257,12 @@ def _similar(adj, conn, seed, types, direction, request, details, kinds) -> list
 
 def _best(scored: list[dict], want: int) -> list[dict]:
     """The candidates that can be on the page: the ``want`` best scores, ties at the last
-    one included (they are ordered by key, which is looked up only for these)."""
+    one included (they are ordered by key, which is looked up only for these; a sum of
+    Adamic-Adar weights in another order may differ in its last bit: a tie too)."""
     if len(scored) <= want:
         return scored
     last = sorted((s["score"] for s in scored), reverse=True)[want - 1]
-    return [s for s in scored if s["score"] >= last]
+    return [s for s in scored if s["score"] >= last * (1 - walks.SLACK)]
 
 
 _BOUNDS = {"jaccard": "jaccard <= shared / |N(seed)|", "cosine": "cosine <= sqrt(shared / |N(seed)|)",
@@ -275,7 +278,8 @@ def _hub_trace(search, name: dict[int, str], question) -> dict[str, Any]:
              "edges_read": search.edges_read,
              "rounds": search.rounds, "candidates_verified": search.verified,
              "budget": search.budget, "kth_best": search.threshold,
-             "unseen_bound": round(search.bound, 6)}
+             "unseen_bound": round(search.bound, 6),
+             "lists": "packed, all at once" if getattr(search, "packed", False) else "rows, smallest hubs first"}
     if search.certified:
         trace["bound"] = (f"a candidate in none of the {len(read)} hub lists read shares only "
                           f"the other {len(search.order) - len(read)} hubs: "

@@ -15,7 +15,9 @@ so a load is visible whole or not at all, and loading the same file twice
 changes nothing. Deleting a vertex deletes its edges. Every write to the edges
 (these, cascaded deletes, SQL of your own) also keeps each vertex's edge count per
 type and direction in pgbraid.vertex_degrees, by triggers in the same transaction
-(migration 022): what `similar` reads to find and order hubs.
+(migration 022): what `similar` reads to find and order hubs. Loads and deletes
+also rebuild the packed lists and degrees of the vertices they touch (``packed``,
+migration 047), in the same transaction.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Iterator
 import psycopg
 
 from ...errors import InvalidRequest, NotFound
+from . import packed
 
 MAX_REPORTED = 20
 CHUNK = 50_000  # rows per statement: a large load stays in one transaction, each statement short
@@ -152,8 +155,11 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
          age: bool = False) -> dict[str, int]:
     """Upsert a validated load inside the caller's transaction (and into the pipeline's
     Apache AGE mirror when ``age``, PGBRAID_AGE=1, and the mirror is current)."""
+    current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
-    counts, vertex_ids, edge_ids = _upsert(conn, pipeline_id, data)
+    counts, vertex_ids, edge_ids, written = _upsert(conn, pipeline_id, data)
+    touched = {s for s, _, _ in written} | {d for _, _, d in written}
+    packed.repack(conn, pipeline_id, touched if current else None, added=written)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_load
@@ -163,7 +169,8 @@ def load(conn: psycopg.Connection, pipeline_id: int, data: GraphLoad, *,
 
 
 def _upsert(conn: psycopg.Connection, pipeline_id: int,
-            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int]]:
+            data: GraphLoad) -> tuple[dict[str, int], list[int], list[int], list[tuple]]:
+    """Counts, the ids of the vertices and edges written, and the edges (src, type, dst)."""
     _check_duplicates(data)
     if data.errors:
         raise InvalidRequest(f"{len(data.errors)} bad line(s), nothing loaded: "
@@ -180,7 +187,7 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
             {"p": pipeline_id, "types": list(types), "keys": list(keys), "labels": list(labels),
              "docs": ["\x1f".join(d) for d in documents]})]
     if not data.edges:
-        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, []
+        return {"vertices": len(data.vertices), "edges": 0}, vertex_ids, [], []
     ends = {(e[0], e[1]) for e in data.edges} | {(e[3], e[4]) for e in data.edges}
     types, keys = zip(*ends)
     ids = {(t, k): i for t, k, i in conn.execute(
@@ -193,28 +200,38 @@ def _upsert(conn: psycopg.Connection, pipeline_id: int,
         raise InvalidRequest(f"{len(missing)} edge endpoint(s) are not vertices, nothing loaded: "
                              + "; ".join(missing[:3]), errors=missing[:MAX_REPORTED])
     edge_ids: list[int] = []
+    written = [(ids[(e[0], e[1])], e[2], ids[(e[3], e[4])]) for e in data.edges]
     for start in range(0, len(data.edges), CHUNK):
         edges = data.edges[start:start + CHUNK]
+        part = written[start:start + CHUNK]
         edge_ids += [r[0] for r in conn.execute(
             "INSERT INTO pgbraid.edges (pipeline_id, src, type, dst, weight, directed)"
             " SELECT %(p)s, s, t, d, w, dir FROM unnest(%(s)b::bigint[], %(t)b::text[],"
             " %(d)b::bigint[], %(w)b::float8[], %(dir)b::bool[]) AS x(s, t, d, w, dir)"
             " ON CONFLICT (pipeline_id, src, type, dst) DO UPDATE SET weight = EXCLUDED.weight,"
             " directed = EXCLUDED.directed RETURNING id",
-            {"p": pipeline_id, "s": [ids[(e[0], e[1])] for e in edges], "t": [e[2] for e in edges],
-             "d": [ids[(e[3], e[4])] for e in edges], "w": [e[5] for e in edges],
-             "dir": [e[6] for e in edges]})]
-    return {"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids
+            {"p": pipeline_id, "s": [w[0] for w in part], "t": [w[1] for w in part],
+             "d": [w[2] for w in part], "w": [e[5] for e in edges], "dir": [e[6] for e in edges]})]
+    return {"vertices": len(data.vertices), "edges": len(data.edges)}, vertex_ids, edge_ids, written
 
 
 def delete_vertex(conn: psycopg.Connection, pipeline_id: int, vtype: str, key: str, *,
                   age: bool = False) -> None:
     """Delete a vertex and its edges (from the AGE mirror too when ``age`` and it is current)."""
+    current = packed.lock(conn, pipeline_id)
     before = _version(conn, pipeline_id)
+    edges = conn.execute(  # the vertex's edges, both ways: their ends' lists lose them
+        "WITH v AS (SELECT id FROM pgbraid.vertices WHERE pipeline_id = %(p)s AND type = %(t)s"
+        " AND key = %(k)s) SELECT e.src, e.type, e.dst FROM pgbraid.edges e, v WHERE"
+        " e.pipeline_id = %(p)s AND e.src = v.id UNION ALL SELECT e.src, e.type, e.dst FROM"
+        " pgbraid.edges e, v WHERE e.pipeline_id = %(p)s AND e.dst = v.id",
+        {"p": pipeline_id, "t": vtype, "k": key}).fetchall()
     row = conn.execute("DELETE FROM pgbraid.vertices WHERE pipeline_id = %s AND type = %s AND key = %s"
                        " RETURNING id", (pipeline_id, vtype, key)).fetchone()
     if row is None:
         raise NotFound(f"vertex {vtype}:{key} does not exist")
+    ends = {s for s, _, _ in edges} | {d for _, _, d in edges} | {row[0]}
+    packed.repack(conn, pipeline_id, ends if current else None, removed=edges)
     after = _version(conn, pipeline_id)
     if age:
         from .age import sync_delete

@@ -14,6 +14,9 @@ similar (Jaccard, cosine, Adamic-Adar over shared neighbours):
   4. candidates sharing *only hubs* with the seed: ``hubs.py`` reads the hubs' lists
      smallest first, just far enough to prove that no unread one can enter the top
      k (the answer is then *certified exact*), within a budget of edges read.
+  Where the engine keeps packed lists (native, migration 047) and a stored degree is a
+  neighbour count, 3 and 4 are one step instead: every list read at once and tallied
+  (``tally.py``), each candidate's shared count exact without a bound.
   Tested against a plain-Python reference that follows every hub: ``reference.py``.
 
 neighbours (a walk of ``hops`` levels):
@@ -29,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from . import tally
 from .hubs import SLACK, Ask, Bound, HubSearch, Probed, passes
 
 Lists = dict[int, set[int]]
@@ -103,6 +107,11 @@ def similar(adj: Adjacency, q: Question, *, cap: int,
     mine = adj.lists([q.seed], q.direction, q.types, q.neighbour_type).get(q.seed, set())
     degree = adj.degrees(sorted(mine), back, q.types)
     hubs = {z: degree[z] for z in mine if degree.get(z, 0) > cap}
+    if hubs and _packed(adj, q, mine, degree, budget):
+        scorer = _Scorer(adj, q, mine, {})
+        search = tally.similar(adj, q, scorer, mine, degree, hubs, budget)
+        if search is not None:
+            return list(scorer.scored.values()), hubs, search
     followed = sorted(mine - hubs.keys())
     pointing = adj.lists(followed, back, q.types) if followed else {}
     zdeg = {z: len(pointing.get(z, ())) for z in followed}
@@ -113,6 +122,14 @@ def similar(adj: Adjacency, q: Question, *, cap: int,
     scorer.verify({c for z in followed for c in pointing.get(z, ())})
     search = _hub_rounds(adj, q, scorer, hubs, zdeg, budget) if hubs else None
     return list(scorer.scored.values()), hubs, search
+
+
+def _packed(adj: Adjacency, q: Question, mine: set[int], degree: dict[int, int],
+            budget: int) -> bool:
+    """Whether ``tally`` can answer: packed lists current in this snapshot, a stored
+    degree a neighbour count, and every list within the budget."""
+    return (getattr(adj, "packed", False) and len(q.types) == 1 and q.direction != "both"
+            and q.neighbour_type is None and sum(degree.get(z, 0) for z in mine) <= budget)
 
 
 class _Scorer:
