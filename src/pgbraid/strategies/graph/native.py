@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
 from . import packed as packing
 from .hubs import Ask, Probed, window
@@ -184,8 +185,9 @@ class Native:
         low, high = sizes or (1, 0)
         # one half of _ENDS when one direction: the planner then knows how many
         # candidates to expect (through a UNION it guesses 200, and probes each)
-        statement = _TALLY.format(ends=_HALVES[REVERSE[direction]] if single else _ENDS,
-                                  distinct="" if single else "DISTINCT", select=select)
+        statement = sql.SQL(_TALLY).format(
+            ends=sql.SQL(_HALVES[REVERSE[direction]] if single else _ENDS),
+            distinct=sql.SQL("" if single else "DISTINCT"), select=sql.SQL(select))
         return self.conn.execute(statement, {
             **ends, "cout": mine["out"], "cin": mine["in"], "type": types[0], "unread": unread,
             "need": table, "beyond": beyond, "window": high >= low, "low": low, "high": high,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
 PACK_MIN = 64        # neighbours: a list this long or longer is packed (047's literal too)
 SPAN = 4_096         # vertex ids per row of a list or of the degrees (047's literal too)
@@ -72,7 +73,7 @@ _WRITE_SPANS = ("INSERT INTO pgbraid.neighbour_lists (pipeline_id, vertex, type,
                 " SET members = EXCLUDED.members")
 _DROP_DEGREES = ("DELETE FROM pgbraid.degree_blocks WHERE pipeline_id = %(p)s"
                  " AND (%(spans)s::bigint[] IS NULL OR block = ANY(%(spans)s))")
-_DEGREES = """
+_DEGREES = sql.SQL("""
 INSERT INTO pgbraid.degree_blocks (pipeline_id, type, outgoing, block, slots, degrees)
 SELECT %(p)s, g.type, g.outgoing, g.vertex / %(size)s,
        string_agg(int2send((g.vertex %% %(size)s)::int2), ''::bytea ORDER BY g.vertex),
@@ -81,8 +82,8 @@ FROM {source}
 GROUP BY g.type, g.outgoing, g.vertex / %(size)s
 ON CONFLICT (pipeline_id, type, outgoing, block) DO UPDATE
 SET slots = EXCLUDED.slots, degrees = EXCLUDED.degrees
-"""
-_ALL_DEGREES = "pgbraid.vertex_degrees g WHERE g.pipeline_id = %(p)s"
+""")
+_ALL_DEGREES = sql.SQL("pgbraid.vertex_degrees g WHERE g.pipeline_id = %(p)s")
 _NOW = ("SELECT vertex, type, outgoing, edges FROM pgbraid.vertex_degrees WHERE pipeline_id = %(p)s"
         " AND vertex = ANY(%(ids)s)")
 _OLD_DEGREES = ("SELECT type, outgoing, block, slots, degrees FROM pgbraid.degree_blocks"
@@ -93,9 +94,10 @@ _WRITE_DEGREES = ("INSERT INTO pgbraid.degree_blocks (pipeline_id, type, outgoin
                   " ON CONFLICT (pipeline_id, type, outgoing, block) DO UPDATE"
                   " SET slots = EXCLUDED.slots, degrees = EXCLUDED.degrees")
 # a range of the primary key per span (OFFSET 0: as a join the planner scanned it all)
-_SOME_DEGREES = ("unnest(%(spans)s::bigint[]) b(n) CROSS JOIN LATERAL (SELECT * FROM"
-                 " pgbraid.vertex_degrees d WHERE d.pipeline_id = %(p)s AND d.vertex >= b.n * %(size)s"
-                 " AND d.vertex < (b.n + 1) * %(size)s OFFSET 0) g")
+_SOME_DEGREES = sql.SQL(
+    "unnest(%(spans)s::bigint[]) b(n) CROSS JOIN LATERAL (SELECT * FROM"
+    " pgbraid.vertex_degrees d WHERE d.pipeline_id = %(p)s AND d.vertex >= b.n * %(size)s"
+    " AND d.vertex < (b.n + 1) * %(size)s OFFSET 0) g")
 _STAMP = "UPDATE pgbraid.graph_versions SET packed_version = version WHERE pipeline_id = %s"
 
 Key = tuple[int, str, bool]   # (vertex, edge type, outgoing)
