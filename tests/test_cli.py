@@ -57,6 +57,25 @@ def test_search_human_output_is_a_table_with_trace(env, cli_pipeline):
     assert "fulltext: ran, 2 hits" in result.stdout
 
 
+def test_a_graph_search_shows_its_entities_when_they_have_no_documents(env, pipeline, client):
+    """Hits are the documents attached to entities: a graph of bare entities answers no
+    hits, and the text output must still show what was found (seed, entities, evidence)."""
+    client.load_graph_records(pipeline, [("group", "G1", "Alpha", []), ("group", "G2", "Beta", []),
+                                         ("technique", "T1", "One", []),
+                                         ("technique", "T2", "Two", [])],
+                              [("group", "G1", "uses", "technique", "T1", 1.0, True),
+                               ("group", "G1", "uses", "technique", "T2", 1.0, True),
+                               ("group", "G2", "uses", "technique", "T1", 1.0, True)])
+    result = run(env, "search", pipeline, "Alpha", "--type", "graph",
+                 "--params", '{"mode": "similar", "edge_type": "uses"}')
+    assert result.exit_code == 0, result.stdout
+    assert "no hits" in result.stdout and "seed group:G1 'Alpha'" in result.stdout
+    assert "1. group:G2 'Beta'  score 0.5000  (1 shared)" in result.stdout
+    result = run(env, "search", pipeline, "Beta", "--type", "graph",
+                 "--params", '{"mode": "neighbours", "edge_types": ["uses"], "hops": 2}')
+    assert "technique:T1 'One'" in result.stdout and "group:G2 -> technique:T1" in result.stdout
+
+
 def test_batch_mode_prints_one_json_line_per_query(env, cli_pipeline, tmp_path):
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"id": "q1", "query": "pump"}\n{"id": 2, "query": "boiler water"}\n'

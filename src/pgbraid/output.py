@@ -67,6 +67,35 @@ def show_trace(response: SearchResponse) -> None:
         if details.get("token_document_frequency"):
             freq = ", ".join(f"{t}={n}" for t, n in details["token_document_frequency"].items())
             console.print(f"    token document frequency: {freq}")
+        if entry.retriever == "graph" and "entities" in details:
+            _show_entities(details)
+
+
+def _show_entities(details: dict[str, Any]) -> None:
+    """A graph leg's entities: hits are only the documents attached to them, so a graph
+    without documents would otherwise show nothing of its answer."""
+    seed = details.get("seed") or {}
+    entities = details["entities"]
+    console.print(f"    seed {seed.get('type')}:{seed.get('key')} {seed.get('label')!r}"
+                  f" ({details.get('seed_resolved_by')}); {len(entities)} entities"
+                  + ("" if entities else f" — {details.get('explanation') or 'none found'}"),
+                  markup=False)
+    for i, e in enumerate(entities[:20], 1):
+        evidence = e.get("evidence") or {}
+        why = (f"{evidence['shared']} shared" if "shared" in evidence
+               else " -> ".join(evidence["path"]) if "path" in evidence else "")
+        docs = f", documents {', '.join(e['documents'][:3])}" if e.get("documents") else ""
+        console.print(f"    {i:>3}. {e['type']}:{e['key']} {e['label']!r}"
+                      + (f"  score {e['score']:.4f}" if e.get("score") is not None else "")
+                      + (f"  ({why}{docs})" if why or docs else ""), markup=False)
+    if len(entities) > 20:
+        console.print(f"    … {len(entities) - 20} more (--json has them all)", markup=False)
+    if details.get("cap_note"):
+        console.print(f"    {details['cap_note']}", markup=False)
+    hubs = details.get("hubs") or {}
+    if hubs:
+        console.print(f"    hubs: {hubs.get('lists', '')}; certified exact: "
+                      f"{hubs.get('certified_exact')}", markup=False)
 
 
 def show_pipelines(items: list[PipelineInfo]) -> None:
