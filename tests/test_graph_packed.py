@@ -261,3 +261,34 @@ def test_two_concurrent_loads_into_one_hub_leave_its_list_whole(client, pipeline
     assert errors == []
     with client.session() as conn:
         assert drift(conn, pipeline) == []
+
+
+def test_candidates_whose_ids_lie_far_apart_are_scored_packed(client, pipeline, superuser):
+    """Vertex ids come from one identity shared by every pipeline and tenant (and an
+    upsert spends one per row even when the row exists): a pipeline's candidates can lie
+    2^40 ids apart. Their degrees are read from the packed blocks without an array over
+    the whole range between them (it was np.zeros(2^40): the search failed)."""
+    near = [f"a{i:03d}" for i in range(70)]
+    far = [f"z{i:03d}" for i in range(5)]
+    client.load_graph_records(pipeline, [("n", k, k, []) for k in near + ["hub", "h2", "s"]], [])
+    sequence = "pg_get_serial_sequence('pgbraid.vertices', 'id')"
+    before = superuser.execute(f"SELECT nextval({sequence})").fetchone()[0]
+    superuser.execute(f"SELECT setval({sequence}, %s)", (before + 2**40,))
+    try:
+        client.load_graph_records(pipeline, [("n", k, k, []) for k in far], [])
+    finally:
+        superuser.execute(f"SELECT setval({sequence}, %s)", (before + 1,))
+    edges = (star("hub", near + far) + star("h2", near[:3] + far[:2])
+             + [("n", "s", "to", "n", "hub"), ("n", "s", "to", "n", "h2")])
+    client.load_graph_records(pipeline, [], edges)
+    with client.session() as conn:
+        assert drift(conn, pipeline) == []
+    for measure in ("jaccard", "cosine"):
+        details = client.search(pipeline, "x", type="graph", params={
+            "seed": "s", "mode": "similar", "edge_type": "to", "max_fanout": 10, "k": 5,
+            "measure": measure}).trace.retrievers[0].details
+        assert details["hubs"]["lists"].startswith("packed")
+        expected = sorted((v.split(":", 1)[1], round(s, 6)) for v, s, _ in
+                          Reference(edges).similar("n:s", {"to"}, measure=measure))
+        expected = sorted(expected, key=lambda e: -e[1])[:5]
+        assert [(e["key"], e["score"]) for e in details["entities"]] == expected
