@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
+import httpcore
 import httpx
 
 from ..errors import InvalidRequest
@@ -63,8 +64,9 @@ def fetch(source: LiveSource, url: str, *, private: bool = False) -> Fetched:
     host = urlsplit(url).hostname or ""
     try:
         with httpx.Client(timeout=httpx.Timeout(source.timeout), follow_redirects=False,
-                          trust_env=False, headers={"User-Agent": USER_AGENT,
-                                                    "Accept": "application/json"}) as http:
+                          trust_env=False, transport=_transport(private),
+                          headers={"User-Agent": USER_AGENT,
+                                   "Accept": "application/json"}) as http:
             for _ in range(MAX_REDIRECTS + 1):
                 host = _check_hop(source, url)
                 if not private:
@@ -105,11 +107,46 @@ def _check_global(host: str, port: int | None) -> None:
     loopback (a --no-auth pgbraid, the embeddings server), private networks, link-local
     (cloud metadata at 169.254.169.254), unspecified, reserved."""
     try:
-        infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+        _global_addresses(host, port or 443)
     except OSError:
         return  # it cannot be reached either: the connection fails and says so
-    for info in infos:
-        _refuse_private(str(info[4][0]), host)
+
+
+def _global_addresses(host: str, port: int) -> list[str]:
+    """The host's addresses (OSError: it resolves to none), every one of them global."""
+    addresses = [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    for address in addresses:
+        _refuse_private(address, host)
+    return addresses
+
+
+class _GlobalOnly(httpcore.SyncBackend):
+    """Connects to the very addresses its own lookup found global, and to no other: the
+    request is never sent to an address DNS gave only for the connection (rebinding:
+    checking the peer afterwards would already have sent a GET, which can act)."""
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None, socket_options=None) -> httpcore.NetworkStream:
+        try:
+            addresses = _global_addresses(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        failed: Exception = httpcore.ConnectError(f"no address for {host}")
+        for address in addresses:
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                failed = exc
+        raise failed
+
+
+def _transport(private: bool) -> httpx.HTTPTransport:
+    transport = httpx.HTTPTransport(trust_env=False)
+    if not private:  # httpx takes no network backend: its connection pool's, replaced
+        pool = transport._pool
+        assert isinstance(pool, httpcore.ConnectionPool) and hasattr(pool, "_network_backend")
+        pool._network_backend = _GlobalOnly()
+    return transport
 
 
 def _check_peer(response: httpx.Response, host: str) -> None:
