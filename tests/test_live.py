@@ -197,6 +197,24 @@ def test_a_name_that_rebinds_to_a_private_address_is_refused_before_its_body(
         assert Remote.hits == [] and client.documents(name)["documents"] == []
 
 
+
+def test_the_connection_is_made_to_the_address_the_check_found(data_dir, server, remote,
+                                                                monkeypatch):
+    """Loopback counted public here: with private hosts refused, the fetch still connects
+    (through the lookup it checked, trying each address: localhost may be ::1 first, where
+    nothing listens), fetches and stores."""
+    from pgbraid.live import fetch as live_fetch
+
+    monkeypatch.setattr(live_fetch, "_refuse_private", lambda address, host: None)
+    with tenant_client(data_dir, live_private_hosts=False) as client:
+        name = f"live-{uuid.uuid4().hex[:8]}"
+        client.create_pipeline(name, embedder="none", live={
+            **source(remote), "url": f"http://localhost:{remote.server_port}/kev/{{identifier}}",
+            "allow_hosts": ["localhost"]})
+        entry = live_entry(client.search(name, MISSING, type="auto"))
+        assert entry.status == "ran", entry
+        assert fetches(remote) == [f"/kev/{MISSING}"]
+
 def test_server_down_gives_a_failed_leg_and_the_corpus_answer(client, kev, remote):
     remote.shutdown()
     remote.server_close()
