@@ -187,15 +187,9 @@ def test_a_name_that_rebinds_to_a_private_address_is_refused_before_its_body(
     from pgbraid.live import fetch as live_fetch
 
     monkeypatch.setattr(live_fetch, "_check_global", lambda host, port: None)
-    with tenant_client(data_dir, live_private_hosts=False) as client:
-        name = f"live-{uuid.uuid4().hex[:8]}"
-        client.create_pipeline(name, embedder="none", live={
-            **source(remote), "url": f"http://localhost:{remote.server_port}/kev/{{identifier}}",
-            "allow_hosts": ["localhost"]})
-        entry = live_entry(client.search(name, MISSING, type="auto"))
-        assert entry.status == "failed" and "not a public address" in entry.reason, entry
-        assert Remote.hits == [] and client.documents(name)["documents"] == []
-
+    entry, stored = search_localhost(data_dir, remote)
+    assert entry.status == "failed" and "not a public address" in entry.reason, entry
+    assert Remote.hits == [] and stored == []
 
 
 def test_the_connection_is_made_to_the_address_the_check_found(data_dir, server, remote,
@@ -206,14 +200,21 @@ def test_the_connection_is_made_to_the_address_the_check_found(data_dir, server,
     from pgbraid.live import fetch as live_fetch
 
     monkeypatch.setattr(live_fetch, "_refuse_private", lambda address, host: None)
+    entry, _ = search_localhost(data_dir, remote)
+    assert entry.status == "ran", entry
+    assert fetches(remote) == [f"/kev/{MISSING}"]
+
+
+def search_localhost(data_dir, remote):
+    """A search of a new pipeline whose live source is the remote named localhost, with
+    private hosts refused: its live entry and the documents stored."""
     with tenant_client(data_dir, live_private_hosts=False) as client:
         name = f"live-{uuid.uuid4().hex[:8]}"
         client.create_pipeline(name, embedder="none", live={
             **source(remote), "url": f"http://localhost:{remote.server_port}/kev/{{identifier}}",
             "allow_hosts": ["localhost"]})
         entry = live_entry(client.search(name, MISSING, type="auto"))
-        assert entry.status == "ran", entry
-        assert fetches(remote) == [f"/kev/{MISSING}"]
+        return entry, client.documents(name)["documents"]
 
 def test_server_down_gives_a_failed_leg_and_the_corpus_answer(client, kev, remote):
     remote.shutdown()
