@@ -1,0 +1,36 @@
+"""The CLI's human output prints stored data as it is: never as rich markup."""
+
+from __future__ import annotations
+
+from .test_cli import run
+
+# A title that closes a tag nobody opened (rich: MarkupError), and text and metadata
+# that would restyle the terminal (a hyperlink, hidden text) if read as markup.
+TITLE = "[/bold] notice"
+TEXT = "pump [link=http://evil.example]valve[/link] [black on black]hidden[/]"
+META = "[red]owner[/red]"
+
+
+def test_markup_in_stored_data_prints_as_text(env, pipeline, client):
+    client.ingest(pipeline, [{"id": "m[1]", "title": TITLE, "text": TEXT,
+                              "metadata": {"note": META}}])
+    found = run(env, "search", pipeline, "pump valve", "--type", "bm25")
+    assert found.exit_code == 0, found.stdout
+    assert TITLE in found.stdout and "m[1]" in found.stdout
+    assert "[link=http://evil.example]valve[/link]" in found.stdout
+
+    shown = run(env, "document", pipeline, "m[1]")
+    assert shown.exit_code == 0, shown.stdout
+    assert TITLE in shown.stdout and TEXT in shown.stdout and META in shown.stdout
+
+
+def test_markup_in_a_query_and_a_failed_record_prints_as_text(env, pipeline, tmp_path):
+    missing = run(env, "search", pipeline, "[/red] nothing", "--type", "fulltext")
+    assert missing.exit_code == 0, missing.stdout
+    assert "'[/red] nothing'" in missing.stdout
+
+    records = tmp_path / "bad.jsonl"
+    records.write_text('{"id": "x", "text": "y", "classification": ["[/bold]"]}\n')
+    report = run(env, "ingest", pipeline, str(records))
+    assert report.exit_code == 1, report.stdout
+    assert "['[/bold]']" in report.stdout
