@@ -34,3 +34,13 @@ def test_markup_in_a_query_and_a_failed_record_prints_as_text(env, pipeline, tmp
     report = run(env, "ingest", pipeline, str(records))
     assert report.exit_code == 1, report.stdout
     assert "['[/bold]']" in report.stdout
+
+
+def test_mappings_print_values_as_a_reader_expects_them_not_as_python(env, pipeline, client):
+    client.ingest(pipeline, [{"id": "d1", "text": "pump", "metadata": {"team": "ops"}}])
+    shown = run(env, "pipeline", "show", pipeline)
+    assert shown.exit_code == 0, shown.stdout
+    assert "embedder: -" in shown.stdout and "encrypted_metadata: -" in shown.stdout
+    assert "None" not in shown.stdout and "()" not in shown.stdout
+    document = run(env, "document", pipeline, "d1")
+    assert 'metadata: {"team": "ops"}' in document.stdout and "classifications: public" in document.stdout

@@ -8,6 +8,7 @@ reasons and tokens) goes through ``escape`` before rich reads markup: a stored t
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -125,4 +126,16 @@ def show_pipelines(items: list[PipelineInfo]) -> None:
 def show_mapping(title: str, values: dict[str, Any]) -> None:
     console.print(f"[bold]{escape(title)}[/bold]")
     for key, value in values.items():
-        console.print(f"  {key}: {value}", markup=False)
+        console.print(f"  {key}: {plain(value)}", markup=False)
+
+
+def plain(value: Any) -> str:
+    """A value as a reader expects it, not as Python's repr: none as "-", a list of
+    names comma-separated, anything nested as JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return ", ".join(str(v) for v in value) or "-"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
