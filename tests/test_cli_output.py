@@ -44,3 +44,16 @@ def test_mappings_print_values_as_a_reader_expects_them_not_as_python(env, pipel
     assert "None" not in shown.stdout and "()" not in shown.stdout
     document = run(env, "document", pipeline, "d1")
     assert 'metadata: {"team": "ops"}' in document.stdout and "classifications: public" in document.stdout
+
+
+def test_control_characters_in_stored_data_never_reach_the_terminal(env, pipeline, client):
+    link, clear, title_bar = "\x1b]8;;http://evil.example/\x07", "\x1b[2J", "\x1b]0;pwned\x07"
+    client.ingest(pipeline, [{"id": "c1", "title": f"pump {link}manual\x1b]8;;\x07",
+                              "text": f"pump {clear}valve{title_bar}\rfake line",
+                              "metadata": {"note": "\x1b[31mred\x1b[0m"}}])
+    for args in (["search", pipeline, "pump valve", "--type", "bm25"],
+                 ["document", pipeline, "c1"], ["document", "list", pipeline]):
+        shown = run(env, *args)
+        assert shown.exit_code == 0, shown.stdout
+        assert "pump" in shown.stdout
+        assert not any(c in shown.stdout for c in "\x1b\x07\r"), repr(shown.stdout)

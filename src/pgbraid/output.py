@@ -4,11 +4,16 @@ Every value that comes from data (document ids, titles, text, metadata, queries,
 reasons and tokens) goes through ``escape`` before rich reads markup: a stored title of
 ``[/bold]`` would otherwise end the command with a MarkupError, and ``[link=...]`` or
 ``[black on black]`` in a document would restyle the terminal as its author chose.
+Control characters (ESC, BEL, CR, ... but newline and tab) are replaced by U+FFFD in
+everything printed (``_Console.render_str``, which every string, table cell and title
+passes through): a stored ``\x1b]8;;http://...`` would otherwise be a hyperlink,
+``\x1b[2J`` would clear the screen and ``\r`` overwrite what came before.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +22,15 @@ from rich.table import Table
 
 from .models import PipelineInfo, SearchResponse
 
-console = Console(highlight=False)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class _Console(Console):
+    def render_str(self, text: str, **options: Any) -> Any:  # the one way text gets in
+        return super().render_str(_CONTROLS.sub("\ufffd", text), **options)
+
+
+console = _Console(highlight=False)
 
 
 def escape(value: Any) -> str:
