@@ -1,7 +1,7 @@
 """Human-readable CLI output (rich). JSON output needs nothing here: it is the API body.
 
 Every value that comes from data (document ids, titles, text, metadata, queries, trace
-reasons and tokens) goes through ``escape`` before rich reads markup: a stored title of
+reasons and tokens) goes through ``escape``, or is printed with ``markup=False``: a stored title of
 ``[/bold]`` would otherwise end the command with a MarkupError, and ``[link=...]`` or
 ``[black on black]`` in a document would restyle the terminal as its author chose.
 Control characters (ESC, BEL, CR, ... but newline and tab) are replaced by U+FFFD in
