@@ -252,6 +252,23 @@ def test_revoking_is_bounded_like_creating(tenant):
         tenant.authenticate(own["key"])
 
 
+def test_a_refused_revocation_says_nothing_of_the_key_it_names(tenant):
+    tenant.create_pipeline("quarterly-merger", embedder="none")
+    beyond = [tenant.create_key(pipeline="quarterly-merger", permissions="read,execute"),
+              tenant.create_key(pipeline="notes", permissions="read,write",
+                                classification="restricted-board")]
+    _, admin = _bounded_admin(tenant, pipeline="notes", permissions="read",
+                              classification="public")
+    for key in beyond:
+        with pytest.raises(Forbidden) as refused:
+            admin.revoke_key(key["id"])
+        said = f"{refused.value} {refused.value.details}"
+        for secret in ("quarterly-merger", "restricted-board", "execute", "write"):
+            assert secret not in said, said  # a bounded admin learns no pipeline, grant or bound
+        assert key["id"] in said
+    tenant.delete_pipeline("quarterly-merger")
+
+
 def test_over_http_a_pipeline_admin_cannot_mint_a_tenant_wide_key(tenant, served):
     key = tenant.create_key(pipeline="notes", permissions="read", classification="public",
                             admin=True)

@@ -270,3 +270,24 @@ def test_an_idle_server_writes_its_last_minute_of_counts_without_another_request
             break
         time.sleep(2)
     assert sum(e["count"] for e in used) == 1
+
+
+def test_key_create_records_what_the_key_holds_in_one_shape_from_cli_and_http(env, client, pipeline):
+    made = CliRunner().invoke(app, ["keys", "create", "--pipeline", pipeline, "--permissions",
+                                    "read,execute", "--classification", "internal",
+                                    "--expires", "2999-01-01T00:00:00Z", "--json"], env=env)
+    assert made.exit_code == 0, made.stdout
+    by_cli = json.loads(made.stdout)["id"]
+    by_api = client.create_key(pipeline=pipeline, permissions=["read", "execute"],
+                               classification=["internal"], expires="2999-01-01T00:00:00+00:00")
+    admin = client.create_key(pipeline="*", permissions="read,write,execute,admin", admin=True)
+    details = {e["target"]: e["detail"] for e in client.audit(action="key.create")}
+    expected = {"pipeline": pipeline, "permissions": ["read", "execute"],
+                "classification": ["internal"], "admin": False,
+                "expires": "2999-01-01T00:00:00+00:00"}
+    assert details[by_cli] == expected and details[by_api["id"]] == expected
+    assert details[admin["id"]] == {"pipeline": "*", "permissions": ["read", "write", "execute",
+                                                                     "admin"],
+                                    "classification": None, "admin": True, "expires": None}
+    for key in (by_cli, by_api["id"], admin["id"]):
+        client.revoke_key(key)

@@ -127,6 +127,7 @@ def test_a_bad_key_stops_the_server_at_start_with_the_error_on_stderr(data_dir, 
 
     key_file = tmp_path / "key"
     key_file.write_text("pgb_" + "A" * 43)
+    key_file.chmod(0o600)
     done = subprocess.run([sys.executable, "-m", "pgbraid", "mcp", "--key-file", str(key_file)],
                           env={**os.environ, **env, "PYTHONPATH": str(SRC)}, input=b"",
                           capture_output=True, timeout=60)
@@ -160,3 +161,22 @@ def test_streamable_http_under_serve_takes_each_requests_key(
         assert refused.json()["error"]["code"] == "unauthorized"
     finally:
         served.stop()
+
+
+def test_a_key_file_others_may_read_is_refused_before_anything_runs(data_dir, client, tmp_path, env):
+    import subprocess
+
+    key = client.create_key(pipeline="*", permissions="read,execute")
+    key_file = tmp_path / "key"
+    key_file.write_text(key["key"] + "\n")
+    key_file.chmod(0o644)  # what `... --json | jq -r .key > file` leaves under umask 022
+    try:
+        done = subprocess.run([sys.executable, "-m", "pgbraid", "mcp", "--key-file", str(key_file)],
+                              env={**os.environ, **env, "PYTHONPATH": str(SRC)}, input=b"",
+                              capture_output=True, timeout=60)
+    finally:
+        client.revoke_key(key["id"])
+    assert done.returncode == 2 and done.stdout == b""
+    error = json.loads(done.stderr.decode().strip().splitlines()[-1])["error"]
+    assert error["code"] == "invalid_request" and error["details"] == {"field": "key-file"}
+    assert "0o644" in error["message"] and "chmod 600" in error["message"]

@@ -173,7 +173,13 @@ def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str
                           (key_id,)).fetchone()
     if row is None:
         raise NotFound(f"API key {key_id!r} does not exist", key=key_id)
-    _check_grants(conn, caller, "revoke", row)
+    try:
+        _check_grants(conn, caller, "revoke", row)
+    except Forbidden:
+        # Not the key's pipeline, permissions or bound: a bounded admin is not shown the
+        # keys beyond it (listing), so neither does a refusal to revoke one describe it.
+        raise Forbidden(f"this principal may not revoke API key {key_id!r}: it holds more "
+                        "than this principal may grant", action="revoke an API key") from None
     conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"
                  " WHERE id = %s", (key_id,))
     return {"revoked": key_id}

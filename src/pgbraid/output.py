@@ -1,15 +1,41 @@
-"""Human-readable CLI output (rich). JSON output needs nothing here: it is the API body."""
+"""Human-readable CLI output (rich). JSON output needs nothing here: it is the API body.
+
+Every value that comes from data (document ids, titles, text, metadata, queries, trace
+reasons and tokens) goes through ``escape``, or is printed with ``markup=False``: a stored title of
+``[/bold]`` would otherwise end the command with a MarkupError, and ``[link=...]`` or
+``[black on black]`` in a document would restyle the terminal as its author chose.
+Control characters (ESC, BEL, CR, ... but newline and tab) are replaced by U+FFFD in
+everything printed (``_Console.render_str``, which every string, table cell and title
+passes through): a stored ``\x1b]8;;http://...`` would otherwise be a hyperlink,
+``\x1b[2J`` would clear the screen and ``\r`` overwrite what came before.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as _escape
 from rich.table import Table
 
 from .models import PipelineInfo, SearchResponse
 
-console = Console(highlight=False)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class _Console(Console):
+    def render_str(self, text: str, **options: Any) -> Any:  # the one way text gets in
+        return super().render_str(_CONTROLS.sub("\ufffd", text), **options)
+
+
+console = _Console(highlight=False)
+
+
+def escape(value: Any) -> str:
+    """``value`` as text that rich prints as it is, never as markup."""
+    return _escape(str(value))
 
 
 def snippet(text: str, width: int = 160) -> str:
@@ -18,7 +44,7 @@ def snippet(text: str, width: int = 160) -> str:
 
 
 def show_search(response: SearchResponse) -> None:
-    table = Table(title=f"{response.type} · {response.pipeline} · {response.query!r}",
+    table = Table(title=escape(f"{response.type} · {response.pipeline} · {response.query!r}"),
                   title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
@@ -26,15 +52,15 @@ def show_search(response: SearchResponse) -> None:
     table.add_column("v", justify="right")
     table.add_column("text")
     for hit in response.hits:
-        label = hit.document_id + (f"\n[dim]{hit.title}[/dim]" if hit.title else "")
+        label = escape(hit.document_id) + (f"\n[dim]{escape(hit.title)}[/dim]" if hit.title else "")
         if hit.found_by:
-            label += "\n[dim]" + ", ".join(f"{f.strategy} #{f.rank}" for f in hit.found_by) + "[/dim]"
+            label += "\n[dim]" + escape(", ".join(f"{f.strategy} #{f.rank}" for f in hit.found_by)) + "[/dim]"
         table.add_row(str(hit.rank), f"{hit.score:.4f}", label, str(hit.version),
-                      snippet(hit.page_content))
+                      escape(snippet(hit.page_content)))
     if response.hits:
         console.print(table)
     else:
-        console.print(f"[yellow]no hits[/yellow] for {response.query!r}")
+        console.print(f"[yellow]no hits[/yellow] for {escape(repr(response.query))}")
     if response.as_of is not None:
         console.print(f"as of {response.as_of.isoformat()}", markup=False)
     if response.next_cursor:
@@ -48,25 +74,27 @@ def show_trace(response: SearchResponse) -> None:
     if fusion:
         console.print(f"  fusion: {fusion['method']}"
                       + (f" k={fusion['rrf_k']}" if fusion.get("rrf_k") else "")
-                      + f", weights {fusion['weights']}; plan: {'; '.join(fusion['plan']['reasons'])}")
+                      + f", weights {fusion['weights']}; plan: {'; '.join(fusion['plan']['reasons'])}",
+                      markup=False)
     for entry in response.trace.retrievers:
         reason = f" — {entry.reason}" if entry.reason else ""
         console.print(f"  {entry.retriever}: {entry.status}, {entry.hits} hits, "
-                      f"{entry.ms:.1f} ms{reason}")
+                      f"{entry.ms:.1f} ms{reason}", markup=False)
         details = entry.details
         if "terms" in details and details.get("engine") == "pgbraid":
             terms = ", ".join(f"{t['term']}(df {t['df']})" for t in details["terms"][:12])
-            console.print(f"    bm25 terms: {terms}")
+            console.print(f"    bm25 terms: {terms}", markup=False)
         if "embed_ms" in details:
             console.print(f"    {details['embedder']} embedded the query in {details['embed_ms']:.1f} ms; "
-                          f"distance {details['distance_strategy']}")
+                          f"distance {details['distance_strategy']}", markup=False)
         if "tsquery" in details:
-            console.print(f"    tsquery ({details.get('config')}): {details['tsquery'] or '∅'}")
+            console.print(f"    tsquery ({details.get('config')}): {details['tsquery'] or '∅'}",
+                          markup=False)
         if details.get("explanation"):
-            console.print(f"    [yellow]{details['explanation']}[/yellow]")
+            console.print(f"    [yellow]{escape(details['explanation'])}[/yellow]")
         if details.get("token_document_frequency"):
             freq = ", ".join(f"{t}={n}" for t, n in details["token_document_frequency"].items())
-            console.print(f"    token document frequency: {freq}")
+            console.print(f"    token document frequency: {freq}", markup=False)
         if entry.retriever == "graph" and "entities" in details:
             _show_entities(details)
 
@@ -109,6 +137,18 @@ def show_pipelines(items: list[PipelineInfo]) -> None:
 
 
 def show_mapping(title: str, values: dict[str, Any]) -> None:
-    console.print(f"[bold]{title}[/bold]")
+    console.print(f"[bold]{escape(title)}[/bold]")
     for key, value in values.items():
-        console.print(f"  {key}: {value}")
+        console.print(f"  {key}: {plain(value)}", markup=False)
+
+
+def plain(value: Any) -> str:
+    """A value as a reader expects it, not as Python's repr: none as "-", a list of
+    names comma-separated, anything nested as JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return ", ".join(str(v) for v in value) or "-"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)

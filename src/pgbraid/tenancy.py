@@ -71,8 +71,7 @@ class TenantAdmin:
         with self._session() as conn:
             created = apikeys.create(conn, self.principal, **grants)
             audit.record(conn, self.principal, "key.create", created["id"],
-                         {k: v if isinstance(v, (str, bool, list, type(None))) else str(v)
-                          for k, v in grants.items()})
+                         _stored_grants(conn, created["id"]))
             return created
 
     def keys(self) -> list[dict[str, Any]]:
@@ -121,3 +120,14 @@ class TenantAdmin:
         tenant = audit.ANONYMOUS_TENANT if unauthenticated else self.tenant
         return audit.purge(self._db, tenant, self.principal, bound)
 
+
+def _stored_grants(conn: Any, key_id: str) -> dict[str, Any]:
+    """What a new key holds, as stored (not as its creator spelled it: "read,execute" from
+    the CLI, a list over HTTP, permissions left to --admin's default): the audit's
+    ``key.create`` detail has one shape whoever made the key."""
+    pipeline, permissions, classifications, admin, expires = conn.execute(
+        "SELECT pipeline, permissions, classifications, tenant_admin, expires_at"
+        " FROM pgbraid.api_keys WHERE id = %s", (key_id,)).fetchone()
+    return {"pipeline": pipeline, "permissions": list(permissions),
+            "classification": None if classifications is None else list(classifications),
+            "admin": bool(admin), "expires": None if expires is None else expires.isoformat()}

@@ -11,7 +11,7 @@ from ..client import Client, connect, load_settings
 from ..db.server import EmbeddedServer
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
 from ..ingest.readers import FieldMap
-from ..output import console, show_mapping, show_pipelines, show_search
+from ..output import console, escape, show_mapping, show_pipelines, show_search
 from .base import JsonOpt, app, emit, handled, parse_json_option
 
 server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server.")
@@ -229,10 +229,11 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(
             emit(report.as_dict())
         else:
             for skipped in report.skipped:
-                console.print(f"[yellow]skipped[/yellow] {skipped.source}: {skipped.reason}",
+                console.print(f"[yellow]skipped[/yellow] {escape(skipped.source)}: {escape(skipped.reason)}",
                               soft_wrap=True)
             for failure in report.failed[:FAILURES_SHOWN]:
-                console.print(f"[red]failed[/red] {failure.source}: {failure.message}", soft_wrap=True)
+                console.print(f"[red]failed[/red] {escape(failure.source)}: {escape(failure.message)}",
+                              soft_wrap=True)
             if len(report.failed) > FAILURES_SHOWN:
                 console.print(f"[red]... and {len(report.failed) - FAILURES_SHOWN} more failures"
                               f"[/red] (--json lists every one)")

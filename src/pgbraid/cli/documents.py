@@ -49,10 +49,11 @@ def document_show(pipeline: str, document_id: str, version: Optional[int] = None
             emit(body)
         elif history:
             for row in body:
-                console.print(f"v{row['version']}  {row['valid_from']} → {row['valid_to'] or 'current'}")
+                console.print(f"v{row['version']}  {row['valid_from']} → {row['valid_to'] or 'current'}",
+                              markup=False)
         else:
             show_mapping(f"{document_id} v{body['version']}", {k: v for k, v in body.items() if k != "text"})
-            console.print(body["text"])
+            console.print(body["text"], markup=False)
 
 
 @document_app.command("list")

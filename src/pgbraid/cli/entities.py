@@ -106,7 +106,7 @@ def source_search(name: str, query: str, type_: str = typer.Option("fuzzy", "--t
         rows = client.search_source(name, query, type=type_, scope=_scope(scope), k=k)
         body = {"entity": name, "query": query, "type": type_,
                 "candidates": [{**r, "key": str(r["key"])} for r in rows]}
-        emit(body) if as_json else [console.print(f"{r['score']:.4f}  {r['key']}  {r['text']}") for r in rows]
+        emit(body) if as_json else [console.print(f"{r['score']:.4f}  {r['key']}  {r['text']}", markup=False) for r in rows]
 
 
 @app.command()

@@ -71,11 +71,16 @@ def configured_key(key_file: Path | None) -> str | None:
     """The API key of the server's configuration: --key-file, else PGBRAID_API_KEY."""
     if key_file is not None:
         try:
+            mode = key_file.stat().st_mode
             key = key_file.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidRequest(f"cannot read --key-file {str(key_file)!r}: "
                                  f"{getattr(exc, 'strerror', None) or exc}",
                                  field="key-file") from None
+        if mode & 0o077:  # as for encryption key files: a key others may read is anyone's
+            raise InvalidRequest(f"--key-file {str(key_file)!r} has mode {oct(mode & 0o777)}: "
+                                 f"others may read the key; run chmod 600 {str(key_file)!r}",
+                                 field="key-file")
         if not key:
             raise InvalidRequest(f"--key-file {str(key_file)!r} is empty", field="key-file")
         return key
