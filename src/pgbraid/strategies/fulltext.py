@@ -110,11 +110,14 @@ def _tsquery(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Sc
     return config, tsquery
 
 
+# Each tsvector is read (detoasted) once, without its positions, then matched token by
+# token: half the time of comparing every token with tsvector_to_array's lexemes.
 _PATTERNS = """
-SELECT ARRAY(SELECT t FROM unnest(%(tokens)s::text[]) AS t WHERE t = ANY(l.lexemes)) AS present,
+SELECT ARRAY(SELECT u.t FROM unnest(%(tokens)s::text[], %(token_queries)s::tsquery[]) AS u (t, q)
+             WHERE l.tsv @@ u.q) AS present,
        count(*) AS fragments
 FROM pgbraid.fragments f
-     CROSS JOIN LATERAL (SELECT tsvector_to_array(f.tsv) AS lexemes OFFSET 0) AS l
+     CROSS JOIN LATERAL (SELECT strip(f.tsv) AS tsv OFFSET 0) AS l
 WHERE {scope} AND f.tsv @@ %(any_token)s::tsquery
 GROUP BY 1
 """
@@ -132,7 +135,8 @@ def explain_zero_rows(conn: psycopg.Connection, tokens: list[str], scope: Scope)
     """
     tokens = tokens[:MAX_EXPLAINED_TOKENS]
     where, params = scope.where("f")
-    params.update(tokens=tokens, any_token=" | ".join(_quoted(t) for t in tokens))
+    queries = [_quoted(t) for t in tokens]
+    params.update(tokens=tokens, token_queries=queries, any_token=" | ".join(queries))
     patterns = conn.execute(sql.SQL(_PATTERNS).format(scope=where), params).fetchall()
     frequencies = {t: 0 for t in tokens}
     rows_without = {t: 0 for t in tokens}
