@@ -5,11 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+from psycopg import sql
+
 from pgbraid import FieldMap
 from pgbraid.ingest.chunking import chunk
 from pgbraid.ingest.language import detect
 
-from .conftest import shared
+from .conftest import CITUS, shared
 
 
 def _player_page() -> str:
@@ -155,6 +158,33 @@ def test_a_batch_mixing_new_changed_repeated_and_failing_documents(client, pipel
     assert client.search(pipeline, "pump", type="bm25", classification="mixedbatch").hits == ()
     assert client.search(pipeline, "old", type="bm25").hits == ()
     index_state(client, pipeline)
+
+
+@pytest.mark.skipif(CITUS, reason="the workers plan full-text under RLS without the GIN index "
+                    "(docs/scale.md, 3), as tests/test_scope.py's LEAKPROOF test says")
+def test_a_small_ingest_leaves_fulltext_its_gin_index(client, pipeline, superuser):
+    """A small ingest (under writes.ANALYZE_AFTER) merges fragments_tsv's GIN pending list
+    too: the planner prices a pending list in, and a few hundred pending fragments made the
+    statement fulltext sends scan the table instead of the index."""
+    from pgbraid import pipelines
+    from pgbraid.scope import Scope
+    from pgbraid.strategies import fulltext
+
+    report = client.ingest(pipeline, [{"id": str(i), "text": f"filler text number {i}"}
+                                      for i in range(300)] + [{"id": "rare", "text": "a zygote"}])
+    assert report.fragments == 301
+    superuser.execute("ANALYZE pgbraid.fragments, pgbraid.versions, pgbraid.documents")
+    with client.session() as conn:
+        scope = Scope(pipelines.get(conn, pipeline).id, ("public",))
+        search, params = fulltext.statement(scope)
+        plan = "\n".join(r[0] for r in conn.execute(
+            sql.SQL("EXPLAIN {}").format(search),
+            {**params, "config": "english", "query": "zygote", "threshold": 0.0, "k": 10}))
+    assert "fragments_tsv" in plan, plan
+    assert [h.document_id for h in client.search(pipeline, "zygote", type="fulltext").hits] \
+        == ["rare"]
+    assert superuser.execute(
+        "SELECT gin_clean_pending_list('pgbraid.fragments_tsv'::regclass)").fetchone()[0] == 0
 
 
 def test_a_bulk_ingest_leaves_no_pending_gin_entries(client, pipeline, monkeypatch):

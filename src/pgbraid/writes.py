@@ -23,15 +23,20 @@ ANALYZE_AFTER = 1_000
 # share): a bulk load into a big table leaves its statistics representative.
 ANALYZE_SHARE = 0.1
 # The GIN indexes an ingest feeds (fulltext, trigram, word sets, fuzzy's dictionary) take
-# new entries into a pending list that every search through them reads whole until a
-# vacuum merges it; after a bulk load it is merged at once, so searches right after it
-# do not pay for it (measured: docs/benchmarks.md, Fuzzy).
+# new entries into a pending list that every search through them reads whole, and the
+# planner prices in, until a vacuum merges it. After a bulk load every list is merged at
+# once, so searches right after it do not pay for it (measured: docs/benchmarks.md, Fuzzy).
 MERGE_PENDING = """
 SELECT count(gin_clean_pending_list(i.indexrelid)) FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
 WHERE a.amname = 'gin'
   AND i.indrelid IN ('pgbraid.fragments'::regclass, 'pgbraid.fuzzy_words'::regclass)
 """
+# After a smaller ingest, fulltext's list alone: a few hundred pending fragments made the
+# statement fulltext sends scan the table instead of fragments_tsv. Merging every list
+# after each 10-document ingest cost 74 % more server CPU an ingest, this one 15 %
+# (docs/benchmarks.md, Ingestion). After the call's batches commit: no lock is held.
+MERGE_FULLTEXT = "SELECT gin_clean_pending_list('pgbraid.fragments_tsv'::regclass)"
 
 
 
@@ -112,16 +117,23 @@ class Writes:
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})
         report.lsn = self._commit_lsn()
-        if report.fragments >= ANALYZE_AFTER:
-            # Fresh planner statistics, so searches right after a bulk load plan well.
-            with self._db.admin() as conn:
+        if report.fragments:
+            self._after_writing(report.fragments)
+        return report
+
+    def _after_writing(self, fragments: int) -> None:
+        """Merge GIN pending lists (fulltext's, or after a bulk load all of them and fresh
+        planner statistics too), so searches right after it plan well."""
+        with self._db.admin() as conn:
+            if fragments < ANALYZE_AFTER:
+                conn.execute(MERGE_FULLTEXT)
+            else:
                 conn.execute(MERGE_PENDING)
                 counted = conn.execute("SELECT reltuples FROM pg_class"
                                        " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
-                if report.fragments >= ANALYZE_SHARE * max(counted, 0):
+                if fragments >= ANALYZE_SHARE * max(counted, 0):
                     conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
                                  " pgbraid.documents, pgbraid.bm25_postings")
-        return report
 
     def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
         """Expire a document's current version; its history stays readable."""

@@ -79,14 +79,20 @@ class FullText(Strategy):
             details.update(rows=0, explanation="the query has no searchable words "
                            "(only stop words or punctuation)")
             return Outcome([], details)
-        where, scope_params = scope.where("f")
-        statement = sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where)
+        search, scope_params = statement(scope)
         with conn.cursor(row_factory=class_row(Row)) as cur:
-            rows = cur.execute(statement, {**params, **scope_params}).fetchall()
+            rows = cur.execute(search, {**params, **scope_params}).fetchall()
         details["rows"] = len(rows)
         if not rows and k > 0:
             details.update(explain_zero_rows(conn, tokens, scope))
         return Outcome(rows, details)
+
+
+def statement(scope: Scope) -> tuple[sql.Composed, dict[str, Any]]:
+    """The search statement under ``scope``, and the scope's parameters (the request
+    adds ``config``, ``query``, ``threshold`` and ``k``)."""
+    where, params = scope.where("f")
+    return sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where), params
 
 
 def _tsquery(conn: psycopg.Connection, pipeline: Pipeline, query: str, scope: Scope,
