@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from ..ingest.readers import ReadError, SourceDocument
-from .config import LiveSource, parse
-from .fetch import PREFIX
+from .config import PREFIX, LiveSource, parse
 
 __all__ = ["LiveSource", "PREFIX", "parse", "reserved"]
 

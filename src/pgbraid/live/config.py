@@ -21,6 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import InvalidRequest
 from ..models import printable, shown
 
+PREFIX = "live:"
+"""Fetched documents' ids: ``live:`` + the record's id, a namespace ingestion refuses,
+so a fetch never writes a version of a document someone ingested."""
+
+
+class LiveFailure(Exception):
+    """A fetch that failed: its message, and the host and HTTP status where known."""
+
+    def __init__(self, message: str, *, host: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message, self.host, self.status = message, host, status
+
 PLACEHOLDERS = ("{query}", "{identifier}")
 FIELD_NAMES = ("id", "title", "text", "metadata", "language")
 IDENTIFIER_KINDS = ("cve", "cwe", "advisory", "attack", "hash", "ip", "domain")

@@ -27,20 +27,11 @@ import httpx
 from ..errors import InvalidRequest
 from ..ingest.readers import SourceDocument, document_from_record
 from ..models import printable, validate_document_id
-from .config import LiveSource, allowed
+from .config import PREFIX, LiveFailure, LiveSource, allowed  # noqa: F401 (re-exported)
 
 MAX_REDIRECTS = 3
 CHUNK = 64 * 1024
-PREFIX = "live:"
-"""Fetched documents' ids: ``live:`` + the record's id, a namespace ingestion refuses,
-so a fetch never writes a version of a document someone ingested."""
 USER_AGENT = "pgbraid-live/1"
-
-
-class LiveFailure(Exception):
-    def __init__(self, message: str, *, host: str | None = None, status: int | None = None):
-        super().__init__(message)
-        self.message, self.host, self.status = message, host, status
 
 
 @dataclass(frozen=True)
