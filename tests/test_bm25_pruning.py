@@ -166,6 +166,16 @@ def test_the_dense_scores_are_reused_zeroed_from_one_ranking_to_the_next():
     queries = [_synthetic(seed, size, terms=terms) for seed, terms in
                ((21, 3), (22, 40), (23, 12), (24, 6))]
     held = []
+    saved, bm25_topk.SCRATCH_FROM = bm25_topk.SCRATCH_FROM, 10**9  # however few postings
+    try:
+        _rank_in_turn(queries, size, impacts, held)
+    finally:
+        bm25_topk.SCRATCH_FROM = saved
+
+
+def _rank_in_turn(queries, size, impacts, held):
+    from pgbraid.strategies import bm25_topk
+
     for i, (lists, weights, dead) in enumerate(queries * 2):
         dead = dead.astype(np.int64) if i % 2 else np.zeros(0, dtype=np.int64)
         order, scores = _brute_force(lists, weights, size, dead, impacts)

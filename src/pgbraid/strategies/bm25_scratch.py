@@ -40,7 +40,7 @@ def give_back(array: np.ndarray, touched: tuple[np.ndarray, ...] | None = None) 
     """Zero ``array`` (at the indices ``touched`` holds when it says where it was written,
     else all of it) and keep it. ``array`` is what ``take`` returned; nothing may read it
     afterwards."""
-    if touched is not None and sum(len(t) for t in touched) * 4 < len(array):
+    if touched is not None and sum(len(t) for t in touched) * 16 < len(array):
         for at in touched:
             array[at] = 0.0
     else:

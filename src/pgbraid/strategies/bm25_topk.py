@@ -34,6 +34,10 @@ _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
 # Contenders are looked up among the essential postings (Ranking._holding) when there are
 # fewer than size / GATHER of them, else found by one pass over the dense scores.
 GATHER = 8
+# Every posting is added into a dense array kept from query to query (bm25_scratch)
+# when the query has at least size / SCRATCH_FROM postings, else into np.bincount's
+# fresh one (faster for fewer postings: measured at 1M, docs/benchmarks.md).
+SCRATCH_FROM = 4
 
 @dataclass
 class Term:
@@ -180,14 +184,18 @@ class Ranking:
                 # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
                 ordinals = np.concatenate([p.ordinals for _, p in lists], dtype=np.intp)
                 weights = self._weighted(lists, len(ordinals))
-                # Added in order into an array kept from query to query: the same sums
-                # as np.bincount's (each ordinal's weights in term order from 0.0),
-                # without its fresh 8 MB per query (bm25_scratch).
-                scores = self._take()
-                np.add.at(scores, ordinals, weights)
+                if len(ordinals) * SCRATCH_FROM >= self.size:
+                    # Added in order into an array kept from query to query: the same
+                    # sums as np.bincount's (each ordinal's weights in term order from
+                    # 0.0), without its fresh dense array (bm25_scratch), whose cost
+                    # is paid back from this many postings (docs/benchmarks.md).
+                    scores = self._take()
+                    np.add.at(scores, ordinals, weights)
+                    self._touched = (ordinals, self.dead)
+                else:
+                    scores = np.bincount(ordinals, weights=weights, minlength=self.size)
                 self.scores = scores
                 self._ordinals = ordinals
-                self._touched = (ordinals, self.dead)
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
