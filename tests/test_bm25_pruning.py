@@ -160,17 +160,20 @@ def test_the_dense_scores_are_reused_zeroed_from_one_ranking_to_the_next():
     many (zeroed in full), after dead fragments (-inf) and after a sparse ranking made
     dense; each ranks and scores exactly as the brute force, nothing of the query
     before it left in the array."""
-    from pgbraid.strategies import bm25_topk
+    from pgbraid.strategies import bm25_scratch, bm25_topk
 
     size, impacts = 40_000, (0.9, 0.4, 20.0)
     queries = [_synthetic(seed, size, terms=terms) for seed, terms in
                ((21, 3), (22, 40), (23, 12), (24, 6))]
     held = []
     saved, bm25_topk.SCRATCH_FROM = bm25_topk.SCRATCH_FROM, 10**9  # however few postings
+    kept = list(bm25_scratch._free)
+    bm25_scratch._free[:] = [np.zeros(size + 7), np.zeros(size // 2)]  # other sizes kept too
     try:
         _rank_in_turn(queries, size, impacts, held)
     finally:
         bm25_topk.SCRATCH_FROM = saved
+        bm25_scratch._free[:] = kept
 
 
 def _rank_in_turn(queries, size, impacts, held):

@@ -28,11 +28,9 @@ _free: list[np.ndarray] = []
 def take(size: int) -> np.ndarray:
     """A zeroed float64 array of ``size``, the caller's alone until it gives it back."""
     with _lock:
-        fits = [a for a in _free if size <= len(a) <= size * _SLACK]
-        if fits:
-            array = min(fits, key=len)
-            _free.remove(array)
-            return array[:size]
+        fits = [i for i, a in enumerate(_free) if size <= len(a) <= size * _SLACK]
+        if fits:  # by position: list.remove would compare arrays element by element
+            return _free.pop(min(fits, key=lambda i: len(_free[i])))[:size]
     return np.zeros(size, dtype=np.float64)
 
 
