@@ -199,3 +199,24 @@ def _rank_in_turn(queries, size, impacts, held):
         held.append(dense)
         ranking.release()
         assert (held[-1] == 0).all()  # given back zeroed
+
+
+def test_the_kept_arrays_stay_within_their_count_and_bytes():
+    """bm25_scratch keeps at most KEEP arrays and KEEP_BYTES, the oldest dropped first,
+    and gives an array only to a size it fits (not too large either)."""
+    from pgbraid.strategies import bm25_scratch
+
+    kept = list(bm25_scratch._free)
+    saved = bm25_scratch.KEEP_BYTES
+    bm25_scratch._free[:], bm25_scratch.KEEP_BYTES = [], 20_000  # 2,500 floats
+    try:
+        arrays = [bm25_scratch.take(1000) for _ in range(3)] + [bm25_scratch.take(2000)]
+        for array in arrays:
+            array[5] = 1.0
+            bm25_scratch.give_back(array)
+        assert [len(a) for a in bm25_scratch._free] == [2000]  # 1000 + 2000 floats: too many
+        assert len(bm25_scratch.take(1000)) == 1000 and len(bm25_scratch._free) == 1  # too large
+        again = bm25_scratch.take(1900)
+        assert np.shares_memory(again, arrays[3]) and not again.any() and not bm25_scratch._free
+    finally:
+        bm25_scratch._free[:], bm25_scratch.KEEP_BYTES = kept, saved

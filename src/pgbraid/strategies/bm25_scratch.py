@@ -17,7 +17,9 @@ import threading
 import numpy as np
 
 KEEP = 4
-"""Arrays kept (searches running at once, or pipelines of different sizes)."""
+"""Arrays kept (searches running at once, or pipelines of different sizes)..."""
+KEEP_BYTES = 256 << 20
+"""...and their bytes at most (four arrays of 8M fragments; none above 32M)."""
 _SLACK = 1.25
 """An array serves sizes down to 1 / _SLACK of its own."""
 
@@ -50,5 +52,5 @@ def give_back(array: np.ndarray, touched: tuple[np.ndarray, ...] | None = None) 
         if any(a is base for a in _free):
             return
         _free.append(base)
-        if len(_free) > KEEP:
-            _free.pop(0)
+        while len(_free) > KEEP or sum(a.nbytes for a in _free) > KEEP_BYTES:
+            _free.pop(0)  # the oldest first (the one just given back last)
