@@ -57,6 +57,8 @@ def side(topk: types.ModuleType, set_locals: bool = False):
     sessions set the tenant's settings with a SET LOCAL each, as before 2026-12-02 (and
     on a Citus coordinator), instead of one set_config statement."""
     saved = bm25.Ranking, bm25.Term, transaction_settings._set_local_statements
+    if not hasattr(topk.Ranking, "release"):  # a base from before bm25_scratch
+        topk.Ranking.release = lambda self: None
     bm25.Ranking, bm25.Term = topk.Ranking, topk.Term
     if set_locals:
         transaction_settings._set_local_statements = (

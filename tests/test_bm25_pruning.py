@@ -152,3 +152,71 @@ def test_a_terms_lists_in_several_segments_rank_as_one_merged_list():
             ranked.append((top.tolist(), ranking.scores[top].tolist(),
                            ranking.matched(top.tolist())))
     assert all(r == ranked[0] for r in ranked)
+
+
+def test_the_dense_scores_are_reused_zeroed_from_one_ranking_to_the_next():
+    """A ranking gives its dense array back (bm25_scratch) and the next ranking of the
+    same size scores into that memory: with few postings (zeroed where written), with
+    many (zeroed in full), after dead fragments (-inf) and after a sparse ranking made
+    dense; each ranks and scores exactly as the brute force, nothing of the query
+    before it left in the array."""
+    from pgbraid.strategies import bm25_scratch, bm25_topk
+
+    size, impacts = 40_000, (0.9, 0.4, 20.0)
+    queries = [_synthetic(seed, size, terms=terms) for seed, terms in
+               ((21, 3), (22, 40), (23, 12), (24, 6))]
+    held = []
+    saved, bm25_topk.SCRATCH_FROM = bm25_topk.SCRATCH_FROM, 10**9  # however few postings
+    kept = list(bm25_scratch._free)
+    bm25_scratch._free[:] = [np.zeros(size + 7), np.zeros(size // 2)]  # other sizes kept too
+    try:
+        _rank_in_turn(queries, size, impacts, held)
+    finally:
+        bm25_topk.SCRATCH_FROM = saved
+        bm25_scratch._free[:] = kept
+
+
+def _rank_in_turn(queries, size, impacts, held):
+    from pgbraid.strategies import bm25_topk
+
+    for i, (lists, weights, dead) in enumerate(queries * 2):
+        dead = dead.astype(np.int64) if i % 2 else np.zeros(0, dtype=np.int64)
+        order, scores = _brute_force(lists, weights, size, dead, impacts)
+        scores[dead] = -np.inf
+        pruning = "maxscore" if i == 5 else "none"
+        terms = [bm25_topk.Term(f"t{j}", w, [p]) for j, (p, w) in enumerate(zip(lists, weights))]
+        ranking = bm25_topk.Ranking(terms, size, dead, impacts, pruning=pruning)
+        assert ranking.top(10).tolist() == order[:10]
+        dense = ranking.scores if pruning == "maxscore" else ranking.exhaustive()
+        live = scores > -np.inf
+        assert (dense[~live] == -np.inf).all()
+        if pruning == "maxscore":  # its candidates only: the rest stays 0.0
+            live &= dense != 0
+            assert live.sum() >= 10
+        np.testing.assert_allclose(dense[live], scores[live], rtol=1e-12, atol=0)
+        if held:
+            assert np.shares_memory(dense, held[-1])  # the array given back before
+        held.append(dense)
+        ranking.release()
+        assert (held[-1] == 0).all()  # given back zeroed
+
+
+def test_the_kept_arrays_stay_within_their_count_and_bytes():
+    """bm25_scratch keeps at most KEEP arrays and KEEP_BYTES, the oldest dropped first,
+    and gives an array only to a size it fits (not too large either)."""
+    from pgbraid.strategies import bm25_scratch
+
+    kept = list(bm25_scratch._free)
+    saved = bm25_scratch.KEEP_BYTES
+    bm25_scratch._free[:], bm25_scratch.KEEP_BYTES = [], 20_000  # 2,500 floats
+    try:
+        arrays = [bm25_scratch.take(1000) for _ in range(3)] + [bm25_scratch.take(2000)]
+        for array in arrays:
+            array[5] = 1.0
+            bm25_scratch.give_back(array)
+        assert [len(a) for a in bm25_scratch._free] == [2000]  # 1000 + 2000 floats: too many
+        assert len(bm25_scratch.take(1000)) == 1000 and len(bm25_scratch._free) == 1  # too large
+        again = bm25_scratch.take(1900)
+        assert np.shares_memory(again, arrays[3]) and not again.any() and not bm25_scratch._free
+    finally:
+        bm25_scratch._free[:], bm25_scratch.KEEP_BYTES = kept, saved

@@ -275,7 +275,10 @@ class BM25(Strategy):
         details["terms"] = [{"term": t, "qtf": q, "df": df,
                              "idf": round(idf(df, n), 6) if df else 0.0}
                             for t, (q, df) in terms.items()]
-        hits, checked, rounds = _verify(conn, ranking, scope, k, ending=context.ends_snapshot)
+        try:
+            hits, checked, rounds = _verify(conn, ranking, scope, k, ending=context.ends_snapshot)
+        finally:
+            ranking.release()  # the hits hold their scores: the dense array is free again
         pruning = ranking.stats
         details.update(postings=pruning.postings, postings_scored=pruning.scored,
                        postings_fetched=fetched, candidates=pruning.candidates,

@@ -91,7 +91,10 @@ def run_as_of(conn: psycopg.Connection, pipeline: Pipeline, request: SearchReque
     ranking = Ranking(terms, size, np.zeros(0, dtype=np.int64),
                       (k1, b, total / n if n else 1.0),
                       pruning=strategy.param(request, "pruning"))
-    found, checked, rounds = bm25._verify(conn, ranking, scope, k)
+    try:
+        found, checked, rounds = bm25._verify(conn, ranking, scope, k)
+    finally:
+        ranking.release()
     stats = ranking.stats
     details.update(postings=stats.postings, postings_scored=stats.scored,
                    candidates=stats.candidates, exhaustive=stats.exhaustive,

@@ -27,13 +27,17 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bm25_blockmax, bm25_maxscore
+from . import bm25_blockmax, bm25_maxscore, bm25_scratch
 from .bm25_postings import Postings
 
 _MARGIN = 1.0 + 1e-6  # a bound must hold for float32 impacts rounded up
 # Contenders are looked up among the essential postings (Ranking._holding) when there are
 # fewer than size / GATHER of them, else found by one pass over the dense scores.
 GATHER = 8
+# Every posting is added into a dense array kept from query to query (bm25_scratch)
+# when the query has at least size / SCRATCH_FROM postings, else into np.bincount's
+# fresh one (faster for fewer postings: measured at 1M, docs/benchmarks.md).
+SCRATCH_FROM = 4
 
 @dataclass
 class Term:
@@ -87,6 +91,10 @@ class Ranking:
         """Sparse scores: ordinals, their scores, whether the ordinals ascend."""
         self._ordinals: np.ndarray | None = None
         """Every posting's ordinal, in term order, once every posting is scored."""
+        self._held: np.ndarray | None = None
+        """The dense array taken from bm25_scratch (given back by ``release``)."""
+        self._touched: tuple[np.ndarray, ...] | None = None
+        """Where the held array was written, when known (else all of it is zeroed)."""
 
     @property
     def scores(self) -> np.ndarray:
@@ -138,10 +146,26 @@ class Ranking:
         return weights
 
     def _fresh(self) -> np.ndarray:
-        scores = np.zeros(self.size, dtype=np.float64)
+        scores = self._take()
         if len(self.dead):
             scores[self.dead] = -np.inf  # never positive, never a candidate
         return scores
+
+    def _take(self) -> np.ndarray:
+        """A zeroed dense array of ``size`` (the one held before, if any, given back)."""
+        self.release()
+        self._held = bm25_scratch.take(self.size)
+        return self._held
+
+    def release(self) -> None:
+        """Give the dense scores back (bm25_scratch) once nothing reads this ranking's
+        scores any more: a later ranking reuses the array instead of mapping 8 MB anew."""
+        held, self._held = self._held, None
+        if held is not None:
+            if self._scores is held:
+                self._scores = np.zeros(0)
+            bm25_scratch.give_back(held, self._touched)
+        self._touched = None
 
     def top(self, width: int) -> np.ndarray:
         """The exact ``width`` best ordinals with a positive score, best first (ties by ordinal)."""
@@ -160,12 +184,23 @@ class Ranking:
                 # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
                 ordinals = np.concatenate([p.ordinals for _, p in lists], dtype=np.intp)
                 weights = self._weighted(lists, len(ordinals))
-                self.scores = np.bincount(ordinals, weights=weights, minlength=self.size)
+                if len(ordinals) * SCRATCH_FROM >= self.size:
+                    # Added in order into an array kept from query to query: the same
+                    # sums as np.bincount's (each ordinal's weights in term order from
+                    # 0.0), without its fresh dense array (bm25_scratch), whose cost
+                    # is paid back from this many postings (docs/benchmarks.md).
+                    scores = self._take()
+                    np.add.at(scores, ordinals, weights)
+                    self._touched = (ordinals, self.dead)
+                else:
+                    scores = np.bincount(ordinals, weights=weights, minlength=self.size)
+                self.scores = scores
                 self._ordinals = ordinals
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
                 self.scores = self._fresh()
+                self._touched = (self.dead,)
             self.stats.exhaustive = True
             self.stats.scored = self.stats.postings
         return self.scores
