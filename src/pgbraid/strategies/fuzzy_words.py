@@ -59,6 +59,10 @@ from .base import HIT_COLUMNS, Row
 from .trigrams import similarity, trigrams
 
 MAX_GROUPS = 6
+# The first page of a subset's fragments (at least 4 k); the rest are read whole.
+PAGE = 64
+_START = (-1, 0)  # (words, id) before every fragment's
+_PAST = (2 ** 31 - 1, 2 ** 63 - 1)  # (words, id) after every fragment's
 # Query words of at most this many trigrams (four letters) are the costly ones to
 # expand: their trigrams are shared by thousands of dictionary words, each rechecked
 # ("red": 12,054 candidates for 17 words at 0.5).
@@ -68,6 +72,14 @@ SHORT_TRIGRAMS = 5
 # (0.8), so the subsets without it are read nearly whole ("raft proteome suing" widened
 # to 0.3: 9,228 fragments read for "proteome" alone, 18 s, against 0.4 s expanded).
 SHORT_FROM = 0.5
+# The word search's statements use the trigram and word indexes, never a sequential scan:
+# the planner costs `word_set && expansions` as one operator call a row, but over a few
+# hundred expansions each call compares thousands of word pairs ("the Tasmasnian Devil"
+# widened to 0.3, 44 and 171 expansions: a parallel sequential scan of the fragments,
+# 3 s, where the word index found the same 2,719 in ms; docs/benchmarks.md, Fuzzy).
+# Set for the search's statements only, and back to the default after them.
+_INDEX_SCANS = {"enable_seqscan": "off"}
+_SEQUENTIAL_SCANS = {"enable_seqscan": "on"}
 # Float sums of the same similarities, in Python and in SQL.
 _EPSILON = 1e-6
 
@@ -88,11 +100,19 @@ SELECT u.word, s.n, similarity(u.word, s.w)::float8
 FROM unnest(%(words)s::text[]) AS u(word), unnest(%(short)s::text[], %(ns)s::int[]) AS s(w, n)
 """
 # The fragments in scope holding an expansion of each word of a subset ({holds}), not
-# seen before, with their words (scored here: measured faster than in SQL).
+# seen before, with their words (scored here: measured faster than in SQL), between two
+# places of the ranking's tie order (fewer words, then the smaller id); {page}: the first
+# of them in that order, or all.
 _SUBSET = """
 SELECT f.id, f.word_set FROM pgbraid.fragments f
-WHERE {scope} AND {holds} AND f.id <> ALL(%(seen)s::bigint[])
+WHERE {scope} AND {holds} AND f.id <> ALL(%(seen)s::bigint[]){after}{before}
+{page}
 """
+_AFTER = "\n  AND (cardinality(f.word_set), f.id) > (%(after_size)s, %(after_id)s)"
+_BEFORE = "\n  AND (cardinality(f.word_set), f.id) < (%(before_size)s, %(before_id)s)"
+# "+ 0": sorted, not walked in the order of the words index (fragments_word_count): a walk
+# filtering on the words held reads most of the pipeline when few fragments hold them.
+_PAGE = "ORDER BY cardinality(f.word_set) + 0, f.id LIMIT %(page)s"
 # Every fragment holding any expansion: one probe of the words index per expanded
 # word. OFFSET 0 keeps the lateral a probe (flattened, the planner joined every
 # fragment to every expansion: 58 s at 100k fragments).
@@ -135,6 +155,7 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     groups = _expansions(conn, params, asked, [n for n in range(1, len(asked) + 1)
                                                if n not in short], sorted(short), threshold)
     if not groups:
+        set_local(conn, _SEQUENTIAL_SCANS)
         return []
     expansions = {"e_words": [w for g in groups.values() for w in g],
                   "e_ns": [n for n, g in groups.items() for _ in g],
@@ -147,9 +168,12 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     else:
         best = _by_union(conn, where, {**params, **expansions}, k, need)
     with conn.cursor(row_factory=class_row(Row)) as cur:
-        return cur.execute(sql.SQL(_ROWS).format(columns=sql.SQL(HIT_COLUMNS)), {
-            "ids": [i for i, _, _ in best], "scope_pipeline": params["scope_pipeline"],
-            "scores": [total / len(groups) for _, total, _ in best]}).fetchall()
+        with conn.pipeline():
+            set_local(conn, _SEQUENTIAL_SCANS)
+            cur.execute(sql.SQL(_ROWS).format(columns=sql.SQL(HIT_COLUMNS)), {
+                "ids": [i for i, _, _ in best], "scope_pipeline": params["scope_pipeline"],
+                "scores": [total / len(groups) for _, total, _ in best]})
+        return cur.fetchall()
 
 
 def _short(asked: list[str], threshold: float) -> dict[int, float]:
@@ -186,6 +210,7 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
             **params, "words": [asked[n - 1] for n in ns], "ns": ns})
 
     with conn.pipeline():
+        set_local(conn, _INDEX_SCANS)  # queued too; the search's last statement undoes it
         cursors = [expand(full)]
         if exact:
             set_thresholds(conn, 1.0)  # queued in this pipeline (transaction_settings.set_local)
@@ -212,14 +237,23 @@ class _Subsets:
     can add); in a subset's fragments, by their own bound, each scored only while it
     can still enter. When a subset is left to read only for what the short words might
     add, those are expanded in full instead (what it costs without them) and the
-    search goes on, the fragments read so far kept."""
+    search goes on, the fragments read so far kept.
+
+    A subset is read a page at a time in the ranking's tie order (fewer words, then the
+    smaller id), and no further once the k-th best so far scores at least the subset's
+    bound and comes before the page's last fragment in that order: every fragment left
+    ranks below it. (A stop word beside a misspelled one, "and the scleep": 70,953
+    fragments hold "and" and "the", all tied at the bound; the ten with the fewest
+    words are in the first page.) A fragment left unread in one subset and met in a
+    later one ranks below that subset's k-th, so it cannot enter either."""
 
     def __init__(self, conn: psycopg.Connection, where: sql.Composable, params: dict[str, Any],
                  scores: "_Scores", k: int, need: float):
         self.conn, self.where, self.params, self.scores = conn, where, params, scores
         self.k, self.need = k, need
         self.found: dict[int, tuple[int, float, int]] = {}
-        self.best: list[float] = []  # the k highest totals reaching need (a heap)
+        # The k best (total, -words, -id) reaching need: a heap, the k-th best at its root.
+        self.best: list[tuple[float, int, int]] = []
         self.seen: list[int] = []
 
     def run(self, groups: dict[int, dict[str, float]], short: dict[int, float],
@@ -237,7 +271,10 @@ class _Subsets:
                     return self.ranked()
                 if short and bound(subset, rest=False) < self.floor():
                     break
-                self.read(groups, subset)
+                # The short words' caps are not similarities pg_trgm can give exactly: a
+                # margin; without them the bound is a sum of the similarities themselves.
+                outside = any(n not in subset for n in short)
+                self.read(groups, subset, bound(subset) + (_EPSILON if outside else 0.0))
             else:
                 return self.ranked()
             groups = {**groups, **widen()}
@@ -245,25 +282,67 @@ class _Subsets:
             self.scores.expand(groups)
 
     def floor(self) -> float:
-        return self.best[0] - _EPSILON if len(self.best) >= self.k else self.need
+        return self.best[0][0] - _EPSILON if len(self.best) >= self.k else self.need
 
     def ranked(self) -> list[tuple[int, float, int]]:
         return _ranked(self.found.values(), self.need)[:self.k]
 
-    def read(self, groups: dict[int, dict[str, float]], subset: tuple[int, ...]) -> None:
+    def read(self, groups: dict[int, dict[str, float]], subset: tuple[int, ...],
+             bound: float) -> None:
+        """A first page of the subset's fragments; when it is full and more can enter,
+        a page of those holding the best expansion of each word (they reach the bound,
+        so the k-th best soon does), then the rest up to the k-th best's place."""
+        after = self.page(groups, subset, bound, _START)
+        if after is None:
+            return
+        tops = {n: {w: s for w, s in groups[n].items() if s == max(groups[n].values())}
+                for n in subset}
+        if any(len(tops[n]) < len(groups[n]) for n in subset):
+            self.page(tops, subset, bound, _START)
+            if self.last(bound) <= after:
+                return
+        self.page(groups, subset, bound, after, whole=True)
+
+    def page(self, groups: dict[int, dict[str, float]], subset: tuple[int, ...], bound: float,
+             after: tuple[int, int], whole: bool = False) -> tuple[int, int] | None:
+        """Read and score the subset's fragments after ``after`` in the tie order (a page,
+        or all of them up to the k-th best's place); the page's last place when it was
+        full and a fragment after it may still enter, else None."""
         holds = sql.SQL(" AND ").join(
             sql.SQL("f.word_set && {}::text[]").format(sql.Placeholder(f"g{n}")) for n in subset)
-        rows = self.conn.execute(sql.SQL(_SUBSET).format(scope=self.where, holds=holds), {
-            **self.params, "seen": self.seen,
-            **{f"g{n}": list(groups[n]) for n in subset}}).fetchall()
+        size = max(PAGE, 4 * self.k)
+        before = self.last(bound)
+        rows = self.conn.execute(
+            sql.SQL(_SUBSET).format(scope=self.where, holds=holds,
+                                    after=sql.SQL(_AFTER if after != _START else ""),
+                                    before=sql.SQL(_BEFORE if before != _PAST else ""),
+                                    page=sql.SQL("" if whole else _PAGE)),
+            {**self.params, **{f"g{n}": list(groups[n]) for n in subset}, "seen": self.seen,
+             "after_size": after[0], "after_id": after[1], "before_size": before[0],
+             "before_id": before[1], "page": size}).fetchall()
         self.seen += [fragment for fragment, _ in rows]
+        self.score(rows)
+        if whole or len(rows) < size:
+            return None
+        last = (len(rows[-1][1]), rows[-1][0])
+        return None if self.last(bound) <= last else last
+
+    def last(self, bound: float) -> tuple[int, int]:
+        """The tie order's (words, id) from which no fragment scoring at most ``bound``
+        can enter: the k-th best's when it reaches the bound, else past every fragment."""
+        if len(self.best) >= self.k and self.best[0][0] >= bound:
+            return -self.best[0][1], -self.best[0][2]
+        return _PAST
+
+    def score(self, rows: list[tuple[int, list[str]]]) -> None:
         for fragment, known, cap, missing, held in self.scores.known(rows):
             if cap < self.floor():
                 break
             total = known + self.scores.rest(held, missing, rows)
             self.found[fragment] = (fragment, total, len(held))
             if total >= self.need:
-                (heappush if len(self.best) < self.k else heappushpop)(self.best, total)
+                (heappush if len(self.best) < self.k else heappushpop)(
+                    self.best, (total, -len(held), -fragment))
 
 
 class _Scores:
