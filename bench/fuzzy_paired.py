@@ -43,8 +43,14 @@ def load_peer(ref: str):
     module.__package__ = "pgbraid.strategies"
     exec(compile(text, f"{ref}:{_PATH}", "exec"), module.__dict__)
     sys.modules[name] = module
-    # The strategy sets the thresholds through the module it holds; that part is ours.
-    return SimpleNamespace(search=module.search, set_thresholds=fuzzy_words.set_thresholds)
+    # Before 052 the strategy set pg_trgm's thresholds ahead of the word search, in a round
+    # trip of its own; the search now sets them in its first one. A peer gets them set
+    # the old way (a peer newer than that pays the round trip twice).
+    def search(conn, query, scope, k, threshold):
+        fuzzy_words.set_thresholds(conn, threshold)
+        return module.search(conn, query, scope, k, threshold)
+
+    return SimpleNamespace(search=search, set_thresholds=fuzzy_words.set_thresholds)
 
 
 def corpus(peer_ref: str, count: int) -> None:

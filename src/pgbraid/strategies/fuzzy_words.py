@@ -148,7 +148,7 @@ def words(query: str) -> list[str]:
 def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
            threshold: float) -> list[Row]:
     """The k best fragments in scope (current or as_of) at ``threshold`` (pg_trgm's
-    thresholds set to it)."""
+    thresholds set to it here, for the transaction)."""
     where, params = scope.where("f")
     asked = words(query)
     short = _short(asked, threshold)
@@ -209,11 +209,11 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
         return conn.execute(sql.SQL(_EXPANSIONS).format(), {
             **params, "words": [asked[n - 1] for n in ns], "ns": ns})
 
-    with conn.pipeline():
-        set_local(conn, _INDEX_SCANS)  # queued too; the search's last statement undoes it
+    with conn.pipeline():  # queued, as set_local does in a pipeline
+        set_thresholds(conn, threshold, _INDEX_SCANS)  # the last statement resets the scans
         cursors = [expand(full)]
         if exact:
-            set_thresholds(conn, 1.0)  # queued in this pipeline (transaction_settings.set_local)
+            set_thresholds(conn, 1.0)
             cursors.append(expand(exact))
             set_thresholds(conn, threshold)
     groups: dict[int, dict[str, float]] = {}
@@ -225,10 +225,12 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
     return groups
 
 
-def set_thresholds(conn: psycopg.Connection, threshold: float) -> None:
-    """pg_trgm's similarity and word similarity thresholds, for the transaction."""
+def set_thresholds(conn: psycopg.Connection, threshold: float,
+                   more: dict[str, str] | None = None) -> None:
+    """pg_trgm's similarity and word similarity thresholds (and ``more`` settings), for
+    the transaction."""
     set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
-                     "pg_trgm.word_similarity_threshold": str(threshold)})
+                     "pg_trgm.word_similarity_threshold": str(threshold), **(more or {})})
 
 
 class _Subsets:
