@@ -19,9 +19,11 @@ Reading every fragment that holds any expanded word costs a heap fetch each
 asks for fragments holding an expansion of *every* word of a subset of the query
 words, subsets in decreasing order of the best score a fragment holding only
 them could reach, so GIN intersects the word lists before any row is read; it
-stops once that bound falls below the k-th score found or the threshold. The
-result is exact: what a subset's bound excludes cannot enter the top k. Longer
-queries score the union in one statement.
+stops once that bound falls below the k-th score found or the threshold. Within a
+subset, fragments are read in the ranking's tie order, a page first, then only
+those placed before the k-th best once it reaches the subset's bound (_Subsets). The
+result is exact: what a bound excludes cannot enter the top k. Longer queries score
+the union in one statement.
 
 Short words cost the most to expand: a word of three letters shares two of its four
 trigrams with thousands of dictionary words, each rechecked ("red": 12,054 for 17
