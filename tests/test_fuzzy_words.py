@@ -14,7 +14,7 @@ from psycopg import sql
 
 import pgbraid
 from pgbraid import encryption, pipelines
-from pgbraid.strategies import fuzzy, fuzzy_words, trigrams
+from pgbraid.strategies import fuzzy, fuzzy_subsets, fuzzy_words, trigrams
 
 from .bm25_worker import scifact
 from .conftest import shared
@@ -223,7 +223,7 @@ def test_subsets_find_what_the_union_finds(client, monkeypatch):
         monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # every query by the union
         assert [hits(q, threshold) for q in queries] == subsets
         monkeypatch.undo()
-    assert widened  # some short word was expanded in full midway (_Subsets.run)
+    assert widened  # some short word was expanded in full midway (fuzzy_subsets.Subsets.run)
     assert all(subsets[:5]) and not subsets[5] and all(subsets[6:9])
 
 
@@ -285,7 +285,7 @@ def test_the_subset_reads_are_planned_without_sequential_scans(client, monkeypat
     planned on an index; the statements after the search may scan again."""
     name = _tied(client)
     plans, during = [], []
-    init = fuzzy_words._Subsets.__init__
+    init = fuzzy_subsets.Subsets.__init__
 
     class Explaining:
         def __init__(self, conn):
@@ -300,7 +300,7 @@ def test_the_subset_reads_are_planned_without_sequential_scans(client, monkeypat
                 sql.SQL("EXPLAIN ") + statement, params)))
             return self.conn.execute(statement, params)
 
-    monkeypatch.setattr(fuzzy_words._Subsets, "__init__",
+    monkeypatch.setattr(fuzzy_subsets.Subsets, "__init__",
                         lambda self, conn, *rest: init(self, Explaining(conn), *rest))
     after = []
     search = fuzzy_words.search
