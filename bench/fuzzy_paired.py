@@ -8,7 +8,8 @@ with a raw pg_trgm peer) on the bench server. One command for a quiet re-measure
 (the names go on their own server: beside 100k long fragments in one table, the
 text method's trigram scans read the long texts' posting lists too, 1.1 s for one name.)
 
-The peer is REF's ``strategies/fuzzy_words.py`` (``git show``), loaded beside this
+The peer is REF's ``strategies/fuzzy_words.py`` (``git show``; with its ``fuzzy_subsets.py``
+where REF has one), loaded beside this
 checkout's and put in the fuzzy strategy's place for its turns (this checkout's
 strategy, scope and trace around it; only the word search differs). Each query runs
 under four systems in a rotating order: words and auto (which takes words on this
@@ -29,22 +30,43 @@ from .common import ROOT, console, percentiles, table, timed
 
 PEER = "8ae59d0"  # main before issue 16.4
 _PATH = "src/pgbraid/strategies/fuzzy_words.py"
+_SUBSETS = "src/pgbraid/strategies/fuzzy_subsets.py"
 
 
 def load_peer(ref: str):
-    """REF's fuzzy_words module, imported as pgbraid.strategies._peer_fuzzy_words."""
+    """REF's fuzzy_words module, imported as pgbraid.strategies._peer_fuzzy_words, with
+    REF's subset search where REF keeps it apart (fuzzy_subsets.py)."""
     from pgbraid.strategies import fuzzy_words
 
-    text = subprocess.run(["git", "show", f"{ref}:{_PATH}"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
-    name = "pgbraid.strategies._peer_fuzzy_words"
+    subsets = _show(ref, _SUBSETS)
+    if subsets is not None:
+        _load("pgbraid.strategies._peer_fuzzy_subsets", subsets, f"{ref}:{_SUBSETS}")
+    text = _show(ref, _PATH).replace("from .fuzzy_subsets import",
+                                     "from ._peer_fuzzy_subsets import")
+    module = _load("pgbraid.strategies._peer_fuzzy_words", text, f"{ref}:{_PATH}")
+    # Before 052 the strategy set pg_trgm's thresholds ahead of the word search, in a round
+    # trip of its own; the search now sets them in its first one. A peer gets them set
+    # the old way (a peer newer than that pays the round trip twice).
+    def search(conn, query, scope, k, threshold):
+        fuzzy_words.set_thresholds(conn, threshold)
+        return module.search(conn, query, scope, k, threshold)
+
+    return SimpleNamespace(search=search, set_thresholds=fuzzy_words.set_thresholds)
+
+
+def _show(ref: str, path: str) -> str | None:
+    shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, capture_output=True,
+                           text=True)
+    return None if shown.returncode else shown.stdout
+
+
+def _load(name: str, text: str, origin: str):
     spec = importlib.util.spec_from_loader(name, loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "pgbraid.strategies"
-    exec(compile(text, f"{ref}:{_PATH}", "exec"), module.__dict__)
     sys.modules[name] = module
-    # The strategy sets the thresholds through the module it holds; that part is ours.
-    return SimpleNamespace(search=module.search, set_thresholds=fuzzy_words.set_thresholds)
+    exec(compile(text, origin, "exec"), module.__dict__)
+    return module
 
 
 def corpus(peer_ref: str, count: int) -> None:

@@ -10,10 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from psycopg import sql
 
 import pgbraid
 from pgbraid import encryption, pipelines
-from pgbraid.strategies import fuzzy, fuzzy_words, trigrams
+from pgbraid.strategies import fuzzy, fuzzy_subsets, fuzzy_words, trigrams
 
 from .bm25_worker import scifact
 from .conftest import shared
@@ -222,7 +223,7 @@ def test_subsets_find_what_the_union_finds(client, monkeypatch):
         monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # every query by the union
         assert [hits(q, threshold) for q in queries] == subsets
         monkeypatch.undo()
-    assert widened  # some short word was expanded in full midway (_Subsets.run)
+    assert widened  # some short word was expanded in full midway (fuzzy_subsets.Subsets.run)
     assert all(subsets[:5]) and not subsets[5] and all(subsets[6:9])
 
 
@@ -241,3 +242,76 @@ def test_trigram_similarity_in_python_is_the_servers(client):
     assert all(trigrams.similarity(trigrams.trigrams(q), trigrams.trigrams(w)) == s
                for q, w, s in ascii_rows)
     assert trigrams.trigrams("β-cell") is None and any(not w.isascii() for w in words)
+
+
+def _tied(client) -> str:
+    """A pipeline where 80 small fragments hold "and then" and 200 larger ones "and the"
+    (each with filler words of its own, so the sizes differ): "and the zzqxv" ties every
+    "and the" fragment at the bound, and the smallest fragments holding its expansions
+    ("then" reaches 0.5) score below it."""
+    name = _name()
+    client.create_pipeline(name, embedder="none")
+    docs = [{"id": f"then{i}", "text": " ".join(["and", "then"] + [f"q{i}x{j}" for j in range(i % 3)])}
+            for i in range(80)]
+    docs += [{"id": f"the{i}", "text": " ".join(["and", "the"] + [f"q{i}y{j}" for j in range(4 + i % 5)])}
+             for i in range(200)]
+    client.ingest(name, docs)
+    return name
+
+
+def test_tied_fragments_are_read_a_page_at_a_time(client, monkeypatch):
+    """A stop word beside a word nothing matches ties every fragment holding the stop
+    words at the bound: the search reads them in the tie order (fewer words, then the
+    smaller id) and stops once no fragment left can enter, instead of scoring all of
+    them; the hits are the union's (every candidate scored)."""
+    name = _tied(client)
+    read = []
+    known = fuzzy_words._Scores.known
+    monkeypatch.setattr(fuzzy_words._Scores, "known",
+                        lambda self, rows: read.append(len(rows)) or known(self, rows))
+    hits = _words(client, name, "and the zzqxv").hits
+    assert len(hits) == 10 and all(h.score == pytest.approx(2 / 3) for h in hits)
+    assert all(h.document_id.startswith("the") for h in hits)
+    assert sum(read) < 200  # 64 "then" fragments, 64 of the best expansions', the 16 left
+    monkeypatch.setattr(fuzzy_words, "MAX_GROUPS", 0)  # the union: every candidate scored
+    union = _words(client, name, "and the zzqxv").hits
+    assert [(h.fragment_id, h.score) for h in hits] == [(h.fragment_id, h.score) for h in union]
+
+
+def test_the_subset_reads_are_planned_without_sequential_scans(client, monkeypatch):
+    """The statements the word search sends for its subsets go out with sequential scans
+    disabled (the planner costs `word_set && expansions` as one call a row: a parallel
+    sequential scan of 100k fragments took 3 s where the word index took ms) and are
+    planned on an index; the statements after the search may scan again."""
+    name = _tied(client)
+    plans, during = [], []
+    init = fuzzy_subsets.Subsets.__init__
+
+    class Explaining:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def __getattr__(self, attribute):
+            return getattr(self.conn, attribute)
+
+        def execute(self, statement, params=None):
+            during.append(self.conn.execute("SELECT current_setting('enable_seqscan')").fetchone()[0])
+            plans.append("\n".join(r[0] for r in self.conn.execute(
+                sql.SQL("EXPLAIN ") + statement, params)))
+            return self.conn.execute(statement, params)
+
+    monkeypatch.setattr(fuzzy_subsets.Subsets, "__init__",
+                        lambda self, conn, *rest: init(self, Explaining(conn), *rest))
+    after = []
+    search = fuzzy_words.search
+
+    def searched(conn, *args):
+        found = search(conn, *args)
+        after.append(conn.execute("SELECT current_setting('enable_seqscan')").fetchone()[0])
+        return found
+
+    monkeypatch.setattr(fuzzy_words, "search", searched)
+    assert _words(client, name, "and the zzqxv").hits
+    assert len(plans) >= 3 and set(during) == {"off"}
+    assert all("Index" in p and "Seq Scan" not in p for p in plans)
+    assert after == ["on"]

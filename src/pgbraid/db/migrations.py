@@ -31,6 +31,7 @@ LEAKPROOF_FUNCTIONS = (
     "pg_catalog.jsonb_path_exists_opr(jsonb, jsonpath)",
     "similarity_op(text, text)",                    # pg_trgm %
     "word_similarity_commutator_op(text, text)",    # pg_trgm %>
+    "pg_catalog.cardinality(anyarray)",             # fragments_word_count (migration 052)
 )
 
 

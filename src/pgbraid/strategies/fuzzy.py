@@ -117,12 +117,14 @@ class Fuzzy(Strategy):
         threshold = self.param(request, "threshold")
         method = _method(conn, self.param(request, "method"), scope)
         def search(t: float) -> list[Row]:
-            fuzzy_words.set_thresholds(conn, t)
-            if method == "words":
+            if method == "words":  # the thresholds set in its first round trip
                 return fuzzy_words.search(conn, request.query, scope, k, t)
             with conn.cursor(row_factory=class_row(Row)) as cur:
-                return cur.execute(*statement(request.query, scope, k, t,
-                                              encryption.encrypted(pipeline))).fetchall()
+                with conn.pipeline():  # the thresholds and the search, one round trip
+                    fuzzy_words.set_thresholds(conn, t)
+                    cur.execute(*statement(request.query, scope, k, t,
+                                           encryption.encrypted(pipeline)))
+                return cur.fetchall()
         rows = search(threshold)
         details: dict[str, Any] = {"threshold": threshold, "method": method}
         if len(rows) < k and request.params.get("threshold") is None:

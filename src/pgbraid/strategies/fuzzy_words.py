@@ -19,9 +19,11 @@ Reading every fragment that holds any expanded word costs a heap fetch each
 asks for fragments holding an expansion of *every* word of a subset of the query
 words, subsets in decreasing order of the best score a fragment holding only
 them could reach, so GIN intersects the word lists before any row is read; it
-stops once that bound falls below the k-th score found or the threshold. The
-result is exact: what a subset's bound excludes cannot enter the top k. Longer
-queries score the union in one statement.
+stops once that bound falls below the k-th score found or the threshold. Within a
+subset, fragments are read in the ranking's tie order, a page first, then only
+those placed before the k-th best once it reaches the subset's bound (fuzzy_subsets). The
+result is exact: what a bound excludes cannot enter the top k. Longer queries score
+the union in one statement.
 
 Short words cost the most to expand: a word of three letters shares two of its four
 trigrams with thousands of dictionary words, each rechecked ("red": 12,054 for 17
@@ -44,8 +46,6 @@ count. The trace reports none of the expansions.
 
 from __future__ import annotations
 
-from heapq import heappush, heappushpop
-from itertools import combinations
 from typing import Any
 
 import psycopg
@@ -56,6 +56,7 @@ from .. import encryption
 from ..db.transaction_settings import set_local
 from ..scope import Scope
 from .base import HIT_COLUMNS, Row
+from .fuzzy_subsets import EPSILON as _EPSILON, Subsets
 from .trigrams import similarity, trigrams
 
 MAX_GROUPS = 6
@@ -68,8 +69,14 @@ SHORT_TRIGRAMS = 5
 # (0.8), so the subsets without it are read nearly whole ("raft proteome suing" widened
 # to 0.3: 9,228 fragments read for "proteome" alone, 18 s, against 0.4 s expanded).
 SHORT_FROM = 0.5
-# Float sums of the same similarities, in Python and in SQL.
-_EPSILON = 1e-6
+# The word search's statements use the trigram and word indexes, never a sequential scan:
+# the planner costs `word_set && expansions` as one operator call a row, but over a few
+# hundred expansions each call compares thousands of word pairs ("the Tasmasnian Devil"
+# widened to 0.3, 44 and 171 expansions: a parallel sequential scan of the fragments,
+# 3 s, where the word index found the same 2,719 in ms; docs/benchmarks.md, Fuzzy).
+# Set for the search's statements only, and back to the default after them.
+_INDEX_SCANS = {"enable_seqscan": "off"}
+_SEQUENTIAL_SCANS = {"enable_seqscan": "on"}
 
 # Each query word to expand with trigrams (its ordinal) and its expansions (none: a NULL
 # word). pg_trgm's similarity_threshold, set to the search's threshold, bounds each
@@ -86,12 +93,6 @@ FROM q LEFT JOIN pgbraid.fuzzy_words d
 _SIMILARITIES = """
 SELECT u.word, s.n, similarity(u.word, s.w)::float8
 FROM unnest(%(words)s::text[]) AS u(word), unnest(%(short)s::text[], %(ns)s::int[]) AS s(w, n)
-"""
-# The fragments in scope holding an expansion of each word of a subset ({holds}), not
-# seen before, with their words (scored here: measured faster than in SQL).
-_SUBSET = """
-SELECT f.id, f.word_set FROM pgbraid.fragments f
-WHERE {scope} AND {holds} AND f.id <> ALL(%(seen)s::bigint[])
 """
 # Every fragment holding any expansion: one probe of the words index per expanded
 # word. OFFSET 0 keeps the lateral a probe (flattened, the planner joined every
@@ -128,13 +129,14 @@ def words(query: str) -> list[str]:
 def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
            threshold: float) -> list[Row]:
     """The k best fragments in scope (current or as_of) at ``threshold`` (pg_trgm's
-    thresholds set to it)."""
+    thresholds set to it here, for the transaction)."""
     where, params = scope.where("f")
     asked = words(query)
     short = _short(asked, threshold)
     groups = _expansions(conn, params, asked, [n for n in range(1, len(asked) + 1)
                                                if n not in short], sorted(short), threshold)
     if not groups:
+        set_local(conn, _SEQUENTIAL_SCANS)
         return []
     expansions = {"e_words": [w for g in groups.values() for w in g],
                   "e_ns": [n for n, g in groups.items() for _ in g],
@@ -142,14 +144,17 @@ def search(conn: psycopg.Connection, query: str, scope: Scope, k: int,
     need = threshold * len(groups) - _EPSILON
     if sum(1 for g in groups.values() if g) <= MAX_GROUPS:
         scores = _Scores(conn, groups, short, asked, threshold)
-        best = _Subsets(conn, where, {**params, **expansions}, scores, k, need).run(
+        best = Subsets(conn, where, {**params, **expansions}, scores, k, need).run(
             groups, short, lambda: _expansions(conn, params, asked, sorted(short), [], threshold))
     else:
         best = _by_union(conn, where, {**params, **expansions}, k, need)
     with conn.cursor(row_factory=class_row(Row)) as cur:
-        return cur.execute(sql.SQL(_ROWS).format(columns=sql.SQL(HIT_COLUMNS)), {
-            "ids": [i for i, _, _ in best], "scope_pipeline": params["scope_pipeline"],
-            "scores": [total / len(groups) for _, total, _ in best]}).fetchall()
+        with conn.pipeline():
+            set_local(conn, _SEQUENTIAL_SCANS)
+            cur.execute(sql.SQL(_ROWS).format(columns=sql.SQL(HIT_COLUMNS)), {
+                "ids": [i for i, _, _ in best], "scope_pipeline": params["scope_pipeline"],
+                "scores": [total / len(groups) for _, total, _ in best]})
+        return cur.fetchall()
 
 
 def _short(asked: list[str], threshold: float) -> dict[int, float]:
@@ -185,10 +190,11 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
         return conn.execute(sql.SQL(_EXPANSIONS).format(), {
             **params, "words": [asked[n - 1] for n in ns], "ns": ns})
 
-    with conn.pipeline():
+    with conn.pipeline():  # queued, as set_local does in a pipeline
+        set_thresholds(conn, threshold, _INDEX_SCANS)  # the last statement resets the scans
         cursors = [expand(full)]
         if exact:
-            set_thresholds(conn, 1.0)  # queued in this pipeline (transaction_settings.set_local)
+            set_thresholds(conn, 1.0)
             cursors.append(expand(exact))
             set_thresholds(conn, threshold)
     groups: dict[int, dict[str, float]] = {}
@@ -200,70 +206,12 @@ def _expansions(conn: psycopg.Connection, params: dict[str, Any], asked: list[st
     return groups
 
 
-def set_thresholds(conn: psycopg.Connection, threshold: float) -> None:
-    """pg_trgm's similarity and word similarity thresholds, for the transaction."""
+def set_thresholds(conn: psycopg.Connection, threshold: float,
+                   more: dict[str, str] | None = None) -> None:
+    """pg_trgm's similarity and word similarity thresholds (and ``more`` settings), for
+    the transaction."""
     set_local(conn, {"pg_trgm.similarity_threshold": str(threshold),
-                     "pg_trgm.word_similarity_threshold": str(threshold)})
-
-
-class _Subsets:
-    """The subset search: subsets of the query words whose known expansions a fragment
-    holds, by their bound (their best similarities, plus what each short word outside
-    can add); in a subset's fragments, by their own bound, each scored only while it
-    can still enter. When a subset is left to read only for what the short words might
-    add, those are expanded in full instead (what it costs without them) and the
-    search goes on, the fragments read so far kept."""
-
-    def __init__(self, conn: psycopg.Connection, where: sql.Composable, params: dict[str, Any],
-                 scores: "_Scores", k: int, need: float):
-        self.conn, self.where, self.params, self.scores = conn, where, params, scores
-        self.k, self.need = k, need
-        self.found: dict[int, tuple[int, float, int]] = {}
-        self.best: list[float] = []  # the k highest totals reaching need (a heap)
-        self.seen: list[int] = []
-
-    def run(self, groups: dict[int, dict[str, float]], short: dict[int, float],
-            widen) -> list[tuple[int, float, int]]:
-        while True:
-            tops = {n: max(g.values()) for n, g in groups.items() if g}
-
-            def bound(subset: tuple[int, ...], rest: bool = True) -> float:
-                return sum(tops[n] for n in subset) + (
-                    sum(r for n, r in short.items() if n not in subset) if rest else 0.0)
-
-            for subset in sorted((s for size in range(len(tops), 0, -1)
-                                  for s in combinations(tops, size)), key=lambda s: -bound(s)):
-                if bound(subset) < self.floor():
-                    return self.ranked()
-                if short and bound(subset, rest=False) < self.floor():
-                    break
-                self.read(groups, subset)
-            else:
-                return self.ranked()
-            groups = {**groups, **widen()}
-            short = {}
-            self.scores.expand(groups)
-
-    def floor(self) -> float:
-        return self.best[0] - _EPSILON if len(self.best) >= self.k else self.need
-
-    def ranked(self) -> list[tuple[int, float, int]]:
-        return _ranked(self.found.values(), self.need)[:self.k]
-
-    def read(self, groups: dict[int, dict[str, float]], subset: tuple[int, ...]) -> None:
-        holds = sql.SQL(" AND ").join(
-            sql.SQL("f.word_set && {}::text[]").format(sql.Placeholder(f"g{n}")) for n in subset)
-        rows = self.conn.execute(sql.SQL(_SUBSET).format(scope=self.where, holds=holds), {
-            **self.params, "seen": self.seen,
-            **{f"g{n}": list(groups[n]) for n in subset}}).fetchall()
-        self.seen += [fragment for fragment, _ in rows]
-        for fragment, known, cap, missing, held in self.scores.known(rows):
-            if cap < self.floor():
-                break
-            total = known + self.scores.rest(held, missing, rows)
-            self.found[fragment] = (fragment, total, len(held))
-            if total >= self.need:
-                (heappush if len(self.best) < self.k else heappushpop)(self.best, total)
+                     "pg_trgm.word_similarity_threshold": str(threshold), **(more or {})})
 
 
 class _Scores:
@@ -339,8 +287,3 @@ def _by_union(conn: psycopg.Connection, where: sql.Composable, params: dict[str,
               k: int, need: float) -> list[tuple[int, float, int]]:
     return conn.execute(sql.SQL(_UNION).format(scope=where),
                         {**params, "need": need, "k": k}).fetchall()
-
-
-def _ranked(found, need: float) -> list[tuple[int, float, int]]:
-    """Best first: the higher total, then fewer words, then the smaller id."""
-    return sorted((r for r in found if r[1] >= need), key=lambda r: (-r[1], r[2], r[0]))
