@@ -118,10 +118,9 @@ ATTACKS = {
         "UPDATE pgbraid.edges SET dst = %s WHERE pipeline_id = %s", lambda a, b: (b["vertex"], a["pipeline"])),
 }
 
-# Tables whose ids come from a sequence (or at random): an id taken ahead of the
-# sequence would collide with another tenant's next insert.
-ID_TABLES = ("pipelines", "documents", "versions", "fragments", "vertices", "edges",
-             "bm25_partitions")
+# Tables whose ids come from a sequence: an id taken ahead of the sequence would
+# collide with another tenant's next insert. (Fragments' are random: only UPDATE.)
+ID_TABLES = ("pipelines", "documents", "versions", "vertices", "edges", "bm25_partitions")
 _AHEAD = {
     "documents": ("INSERT INTO pgbraid.documents (id, pipeline_id, external_id)"
                   " OVERRIDING SYSTEM VALUE SELECT %s + n, %s, 'ahead' || n"
@@ -156,26 +155,33 @@ def test_rows_pointing_at_another_tenants_rows_are_refused(tenants, attack):
 # Keys B holds and keys it does not: the refusal must not tell them apart (unique
 # indexes are checked before foreign keys, and ON CONFLICT reads the row it meets).
 ORACLES = {
-    "word": "INSERT INTO pgbraid.fuzzy_words (pipeline_id, word) VALUES (%s, %s)",
-    "document id": "INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%s, %s)"
-                   " ON CONFLICT (pipeline_id, external_id) DO UPDATE SET quarantined = true",
-    "vertex": "INSERT INTO pgbraid.vertices (pipeline_id, type, key, label) VALUES (%s, 'org', %s, 'x')",
+    "word": ("INSERT INTO pgbraid.fuzzy_words (pipeline_id, word) VALUES (%(b)s, %(key)s)",
+             ("kerberos", "zanzibar"), "42501"),  # the row-level security policy
+    "document id": ("INSERT INTO pgbraid.documents (pipeline_id, external_id) VALUES (%(b)s, %(key)s)"
+                    " ON CONFLICT (pipeline_id, external_id) DO UPDATE SET quarantined = true",
+                    ("d0", "zz"), "42501"),
+    "vertex": ("INSERT INTO pgbraid.vertices (pipeline_id, type, key, label)"
+               " VALUES (%(b)s, 'org', %(key)s, 'x')", ("o1", "zz"), "42501"),
+    "version": ("INSERT INTO pgbraid.versions (pipeline_id, document_id, version, body, content_hash,"
+                " classifications) VALUES (%(a)s, %(document)s, %(key)s, 'x', 'x', '{public}')",
+                (1, 99), "23503"),  # the foreign key
 }
-HELD = {"word": ("kerberos", "zanzibar"), "document id": ("d0", "zz"), "vertex": ("o1", "zz")}
 
 
 @pytest.mark.parametrize("key", sorted(ORACLES))
 def test_a_refusal_tells_nothing_of_the_other_tenants_keys(tenants, key):
     a, b, _ = tenants
+    statement, held, expected = ORACLES[key]
     answers = []
-    for value in HELD[key]:
+    for value in held:
         with pytest.raises(psycopg.Error) as refused:
-            _attack(a, ORACLES[key], (_ids(b)["pipeline"], value))
+            _attack(a, statement, {"a": _ids(a)["pipeline"], "b": _ids(b)["pipeline"],
+                                   "document": _ids(b)["document"], "key": value})
         answers.append(refused.value.sqlstate)
-    assert answers[0] == answers[1] == "42501", answers  # the row-level security policy
+    assert answers == [expected, expected], answers
 
 
-@pytest.mark.parametrize("table", ID_TABLES)
+@pytest.mark.parametrize("table", (*ID_TABLES, "fragments"))
 def test_explicit_ids_are_refused(tenants, table):
     a, _, _ = tenants
     if table in _AHEAD:
@@ -242,6 +248,8 @@ UNGUESSABLE = {
     ("api_keys", "api_keys_pkey"): "64 random bits a key id (apikeys.create)",
     ("api_keys", "api_keys_digest_key"): "SHA-256 of a 256-bit random token",
     ("audit_log", "audit_log_pkey"): "53 random bits (058), drawn by audit.record",
+    ("fragments", "fragments_pkey"): "53 random bits (011), drawn client-side when encrypted",
+    ("embeddings", "embeddings_pkey"): "a fragment's id: 53 random bits",
     ("age_graphs", "age_graphs_graph_key"): "a CHECK ties graph to pipeline_id (048)",
 }
 SHARED_ON_PURPOSE = {
@@ -283,13 +291,24 @@ def test_every_pipeline_id_is_bound_to_a_pipeline_of_the_tenant(catalog):
     assert [t for t in tables if "pipeline_id" not in bound.get(t, set())] == []
 
 
-def test_every_unique_key_holds_the_tenant_or_a_column_bound_to_it(catalog):
-    bound = _bound_columns(catalog)
+def test_every_unique_key_holds_the_tenant_or_its_pipeline(catalog):
+    """A key holding pipeline_id meets only rows of the writer's pipeline: the policy
+    refuses another tenant's pipeline before any index sees the row."""
+    policed = {r[0] for r in catalog.execute(
+        "SELECT c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid"
+        " WHERE p.polname = 'pipeline_inserted' AND p.polcmd = 'a' AND NOT p.polpermissive"
+        " AND pg_get_expr(p.polwithcheck, p.polrelid) LIKE '%%pgbraid.pipelines%%'")}
+    tables = {r[0] for r in catalog.execute(_WITH_PIPELINE).fetchall()}
+    assert tables and tables == policed
+    updated = {r[0] for r in catalog.execute(
+        "SELECT c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid"
+        " WHERE p.polname = 'pipeline_updated' AND p.polcmd = 'w' AND NOT p.polpermissive")}
+    assert updated == tables
     unbound = []
     for table, index, columns in catalog.execute(_UNIQUE).fetchall():
         if (table, index) in UNGUESSABLE or (table, index) in SHARED_ON_PURPOSE:
             continue
-        if "tenant_id" in columns or set(columns) & bound.get(table, set()):
+        if "tenant_id" in columns or "pipeline_id" in columns:
             continue
         if all(_unchosen(catalog, table, c) for c in columns):
             continue  # ids the application role cannot write (next test)
@@ -300,10 +319,13 @@ def test_every_unique_key_holds_the_tenant_or_a_column_bound_to_it(catalog):
     assert age and "pgbraid_p" in age[0]
 
 
+def _privilege(catalog, table: str, column: str, what: str) -> bool:
+    return catalog.execute("SELECT has_column_privilege('pgbraid_app', %s::regclass, %s, %s)",
+                           (f"pgbraid.{table}", column, what)).fetchone()[0]
+
+
 def _unchosen(catalog, table: str, column: str) -> bool:
-    return not any(catalog.execute(
-        "SELECT has_column_privilege('pgbraid_app', %s::regclass, %s, %s)",
-        (f"pgbraid.{table}", column, what)).fetchone()[0] for what in ("INSERT", "UPDATE"))
+    return not any(_privilege(catalog, table, column, what) for what in ("INSERT", "UPDATE"))
 
 
 def test_the_application_role_writes_no_id_of_a_sequence(catalog):
@@ -311,5 +333,59 @@ def test_the_application_role_writes_no_id_of_a_sequence(catalog):
         "SELECT table_name FROM information_schema.columns WHERE table_schema = 'pgbraid'"
         " AND column_name = 'id' AND (is_identity = 'YES' OR column_default IS NOT NULL)"
         " AND table_name <> 'audit_log'").fetchall()
-    assert sorted(r[0] for r in generated) == sorted(ID_TABLES)
+    assert sorted(r[0] for r in generated) == sorted((*ID_TABLES, "fragments"))
     assert [t for t in ID_TABLES if not _unchosen(catalog, t, "id")] == []
+    assert not _privilege(catalog, "fragments", "id", "UPDATE")
+
+
+# -- 048 over an existing database ---------------------------------------------------
+
+_LEGACY = (  # a tenant's rows as a build before 048 wrote them (the columns it needs)
+    "INSERT INTO pgbraid.pipelines (name, embedder) VALUES ('docs', NULL) RETURNING id",
+    "INSERT INTO pgbraid.bm25_stats (pipeline_id) VALUES (%(p)s)",
+    "INSERT INTO pgbraid.documents (pipeline_id, external_id, current_version)"
+    " VALUES (%(p)s, 'd0', 1) RETURNING id",
+    "INSERT INTO pgbraid.versions (pipeline_id, document_id, version, body, content_hash,"
+    " classifications) VALUES (%(p)s, %(d)s, 1, 'legacy text', 'h', '{public}')",
+    "INSERT INTO pgbraid.vertices (pipeline_id, type, key, label) VALUES (%(p)s, 'org', 'o1', 'One')",
+)
+
+
+def test_048_migrates_a_database_holding_two_tenants(server, superuser):
+    from pgbraid.db.migrations import migrate
+
+    name = f"legacy_{uuid.uuid4().hex[:8]}"
+    superuser.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    dsn = server.status().dsn.replace("dbname=postgres", f"dbname={name}")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn, until=47)
+            for tenant in ("ta", "tb"):
+                with conn.transaction():
+                    conn.execute("SELECT set_config('pgbraid.tenant', %s, true)", (tenant,))
+                    ids = {"p": conn.execute(_LEGACY[0]).fetchone()[0]}
+                    conn.execute(_LEGACY[1], ids)
+                    ids["d"] = conn.execute(_LEGACY[2], ids).fetchone()[0]
+                    for statement in _LEGACY[3:]:
+                        conn.execute(statement, ids)
+        for tenant in ("ta", "tb"):
+            with pgbraid.connect(dsn=dsn, tenant=tenant) as client:  # migrates (048, ...)
+                assert [v["version"] for v in client.versions(PIPELINE, "d0")] == [1]
+                report = client.ingest(PIPELINE, [{"id": "d0", "text": TEXT}, {"id": "d1", "text": TEXT}])
+                assert (report.added, report.updated) == (1, 1)
+                assert client.load_graph_records(
+                    PIPELINE, [("org", "o1", "One", ["d0"]), ("org", "o2", "Two", [])],
+                    [("org", "o1", "knows", "org", "o2")])["edges"] == 1
+                assert {h.document_id for h in client.search(PIPELINE, "kinit", type="bm25").hits} \
+                    == {"d0", "d1"}
+                with pytest.raises(errors.InsufficientPrivilege), client.session() as conn:
+                    conn.execute("UPDATE pgbraid.documents SET id = DEFAULT")
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM pgbraid.schema_migrations WHERE version = 48"
+                                ).fetchone()[0] == 1
+            assert "tenant_id" in conn.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                " WHERE conname = 'documents_pipeline_id_fkey'").fetchone()[0]
+    finally:
+        superuser.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(
+            psycopg.sql.Identifier(name)))

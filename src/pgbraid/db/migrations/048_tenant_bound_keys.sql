@@ -16,12 +16,18 @@
 --    reads the catalog and holds every table and key to this.
 -- 2. Every unique key then holds tenant_id or a column bound so, or an id the
 --    application role cannot choose: pgbraid_app loses INSERT and UPDATE on the id
---    column of every table whose ids come from a sequence or at random (it keeps
---    them on every other column; a migration adding a column to these tables
---    grants it). audit_log keeps its grant: its ids are random and written by
---    audit.record (058). This binds sessions as pgbraid_app (the embedded server,
+--    column of every table whose ids come from a sequence (it keeps them on every
+--    other column; a migration adding a column to these tables grants it), and
+--    UPDATE on fragments.id. Random ids keep INSERT: fragments (011; an encrypted
+--    pipeline draws them client-side to seal with) and audit_log (058). This binds sessions as pgbraid_app (the embedded server,
 --    and any server with a superuser login); a login that owns the tables (an
 --    external server) is not bound by privileges, and can alter its tables anyway.
+--    The unique keys led by a parent's id but without pipeline_id (versions
+--    (document_id, version), fragments (version_id, ordinal), bm25_dead
+--    (partition_id, ordinal)) get pipeline_id as their last column (as Citus has
+--    them, first): a row of one's own pipeline naming another tenant's document
+--    then meets no unique entry and is refused by its foreign key, the same
+--    answer for a document that exists and one that does not.
 -- 3. age_graphs.graph is the pipeline's graph name (age.graph_name), so its unique
 --    key cannot be taken for another pipeline's.
 -- 4. A row naming another tenant's pipeline is refused before any unique index sees
@@ -100,6 +106,14 @@ BEGIN
 END
 $$;
 
+-- (2) unique keys within the pipeline (same leading columns: the same lookups)
+ALTER TABLE pgbraid.versions DROP CONSTRAINT versions_document_id_version_key,
+    ADD CONSTRAINT versions_document_id_version_key UNIQUE (document_id, version, pipeline_id);
+ALTER TABLE pgbraid.fragments DROP CONSTRAINT fragments_version_id_ordinal_key,
+    ADD CONSTRAINT fragments_version_id_ordinal_key UNIQUE (version_id, ordinal, pipeline_id);
+ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_pkey,
+    ADD CONSTRAINT bm25_dead_pkey PRIMARY KEY (partition_id, ordinal, pipeline_id);
+
 -- (3)
 ALTER TABLE pgbraid.age_graphs ADD CONSTRAINT age_graphs_graph_check
     CHECK (graph = 'pgbraid_p' || pipeline_id);
@@ -117,8 +131,13 @@ BEGIN
         FROM pg_attribute a
         WHERE a.attrelid = format('pgbraid.%I', t)::regclass AND a.attnum > 0
           AND NOT a.attisdropped AND a.attname <> 'id';
-        EXECUTE format('REVOKE INSERT, UPDATE ON pgbraid.%I FROM pgbraid_app', t);
-        EXECUTE format('GRANT INSERT (%s), UPDATE (%s) ON pgbraid.%I TO pgbraid_app', columns, columns, t);
+        EXECUTE format('REVOKE UPDATE ON pgbraid.%I FROM pgbraid_app', t);
+        EXECUTE format('GRANT UPDATE (%s) ON pgbraid.%I TO pgbraid_app', columns, t);
+        -- fragments' ids are random (011), and an encrypted pipeline's are drawn
+        -- client-side (encryption.py seals each fragment with its id): no sequence to run ahead of
+        CONTINUE WHEN t = 'fragments';
+        EXECUTE format('REVOKE INSERT ON pgbraid.%I FROM pgbraid_app', t);
+        EXECUTE format('GRANT INSERT (%s) ON pgbraid.%I TO pgbraid_app', columns, t);
     END LOOP;
 END
 $$;
