@@ -336,6 +336,12 @@ def test_the_application_role_writes_no_id_of_a_sequence(catalog):
     assert sorted(r[0] for r in generated) == sorted((*ID_TABLES, "fragments"))
     assert [t for t in ID_TABLES if not _unchosen(catalog, t, "id")] == []
     assert not _privilege(catalog, "fragments", "id", "UPDATE")
+    # and every other column stays writable: a migration adding one grants it
+    ungranted = [f"{t}.{c} {what}" for t in (*ID_TABLES, "fragments") for (c,) in catalog.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+        " AND NOT attisdropped AND attname <> 'id'", (f"pgbraid.{t}",)).fetchall()
+        for what in ("INSERT", "UPDATE") if not _privilege(catalog, t, c, what)]
+    assert ungranted == []
 
 
 # -- 048 over an existing database ---------------------------------------------------
