@@ -18,6 +18,16 @@ from psycopg import errors
 
 import pgbraid
 
+from .conftest import CITUS
+
+# On a Citus coordinator 048 has no pipeline policies (Citus refuses subqueries in the
+# policies of distributed tables) and no column privileges (Citus does not carry them
+# to the shards): keys are refused by foreign keys alone, after the unique indexes
+# have answered, and explicit ids stay open (README, "What a raw session may and may
+# not do").
+UNPOLICED = pytest.mark.skipif(CITUS, reason="no pipeline policies on Citus (048)")
+UNPRIVILEGED = pytest.mark.skipif(CITUS, reason="no column privileges on Citus (048)")
+
 PIPELINE = "docs"
 TEXT = "Kerberos tickets expire after ten hours; renew them with kinit."
 
@@ -63,18 +73,18 @@ def tenants(data_dir, server):
 
 def _ids(client) -> dict[str, int]:
     """The victim's ids an attacker would guess (pipeline ids come from one sequence;
-    graph names and per-pipeline index names show them in the catalog)."""
+    graph names and per-pipeline index names show them in the catalog). One table a
+    statement, each routed to the pipeline's shard on Citus."""
     with client.session() as conn:
-        return dict(zip(("pipeline", "document", "version", "fragment", "vertex", "partition",
-                         "segment"), conn.execute(
-            "SELECT p.id, d.id, v.id, f.id, x.id, bp.id, s.segment FROM pgbraid.pipelines p"
-            " JOIN pgbraid.documents d ON d.pipeline_id = p.id"
-            " JOIN pgbraid.versions v ON v.document_id = d.id"
-            " JOIN pgbraid.fragments f ON f.version_id = v.id"
-            " JOIN pgbraid.vertices x ON x.pipeline_id = p.id"
-            " JOIN pgbraid.bm25_partitions bp ON bp.pipeline_id = p.id"
-            " JOIN pgbraid.bm25_segments s ON s.partition_id = bp.id"
-            " WHERE p.name = %s LIMIT 1", (PIPELINE,)).fetchone()))
+        p = conn.execute("SELECT id FROM pgbraid.pipelines WHERE name = %s", (PIPELINE,)).fetchone()[0]
+        one = {name: f"SELECT {column} FROM pgbraid.{table} WHERE pipeline_id = %s"  # noqa: S608
+                     f" ORDER BY 1 LIMIT 1"
+               for name, table, column in (
+                   ("document", "documents", "id"), ("version", "versions", "id"),
+                   ("fragment", "fragments", "id"), ("vertex", "vertices", "id"),
+                   ("partition", "bm25_partitions", "id"), ("segment", "bm25_segments", "segment"))}
+        return {"pipeline": p, **{name: conn.execute(query, (p,)).fetchone()[0]
+                                  for name, query in one.items()}}
 
 
 # Each attack: (SQL, its parameters from the attacker's own ids `a` and the victim's `b`).
@@ -143,12 +153,18 @@ def _attack(attacker, statement: str, params: tuple) -> None:
         conn.execute(statement, params)
 
 
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
+POLICED_ATTACKS = {"word of B's vocabulary", "document moved onto B's pipeline"}
+
+
+@pytest.mark.parametrize("attack", [pytest.param(a, marks=UNPOLICED) if a in POLICED_ATTACKS else a
+                                    for a in sorted(ATTACKS)])
 def test_rows_pointing_at_another_tenants_rows_are_refused(tenants, attack):
     a, b, _ = tenants
     statement, params = ATTACKS[attack]
-    with pytest.raises((errors.ForeignKeyViolation, errors.CheckViolation,
-                        errors.InsufficientPrivilege)):
+    # (Citus refuses a row's move to another pipeline itself: another shard)
+    refused = (errors.ForeignKeyViolation, errors.CheckViolation, errors.InsufficientPrivilege,
+               *((errors.FeatureNotSupported,) if CITUS else ()))
+    with pytest.raises(refused):
         _attack(a, statement, params(_ids(a), _ids(b)))
 
 
@@ -168,7 +184,8 @@ ORACLES = {
 }
 
 
-@pytest.mark.parametrize("key", sorted(ORACLES))
+@pytest.mark.parametrize("key", [pytest.param(k, marks=UNPOLICED) if ORACLES[k][2] == "42501" else k
+                                 for k in sorted(ORACLES)])
 def test_a_refusal_tells_nothing_of_the_other_tenants_keys(tenants, key):
     a, b, _ = tenants
     statement, held, expected = ORACLES[key]
@@ -181,6 +198,7 @@ def test_a_refusal_tells_nothing_of_the_other_tenants_keys(tenants, key):
     assert answers == [expected, expected], answers
 
 
+@UNPRIVILEGED
 @pytest.mark.parametrize("table", (*ID_TABLES, "fragments"))
 def test_explicit_ids_are_refused(tenants, table):
     a, _, _ = tenants
@@ -192,6 +210,7 @@ def test_explicit_ids_are_refused(tenants, table):
         _attack(a, f"UPDATE pgbraid.{table} SET id = DEFAULT", ())  # noqa: S608 (a name of ours)
 
 
+@UNPRIVILEGED
 def test_the_victim_answers_as_if_nothing_happened(tenants):
     a, b, c = tenants
     mine, theirs = _ids(a), _ids(b)
@@ -291,6 +310,7 @@ def test_every_pipeline_id_is_bound_to_a_pipeline_of_the_tenant(catalog):
     assert [t for t in tables if "pipeline_id" not in bound.get(t, set())] == []
 
 
+@UNPRIVILEGED
 def test_every_unique_key_holds_the_tenant_or_its_pipeline(catalog):
     """A key holding pipeline_id meets only rows of the writer's pipeline: the policy
     refuses another tenant's pipeline before any index sees the row."""
@@ -299,11 +319,10 @@ def test_every_unique_key_holds_the_tenant_or_its_pipeline(catalog):
         " WHERE p.polname = 'pipeline_inserted' AND p.polcmd = 'a' AND NOT p.polpermissive"
         " AND pg_get_expr(p.polwithcheck, p.polrelid) LIKE '%%pgbraid.pipelines%%'")}
     tables = {r[0] for r in catalog.execute(_WITH_PIPELINE).fetchall()}
-    assert tables and tables == policed
     updated = {r[0] for r in catalog.execute(
         "SELECT c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid"
         " WHERE p.polname = 'pipeline_updated' AND p.polcmd = 'w' AND NOT p.polpermissive")}
-    assert updated == tables
+    assert tables and policed == tables and updated == tables
     unbound = []
     for table, index, columns in catalog.execute(_UNIQUE).fetchall():
         if (table, index) in UNGUESSABLE or (table, index) in SHARED_ON_PURPOSE:
@@ -328,6 +347,7 @@ def _unchosen(catalog, table: str, column: str) -> bool:
     return not any(_privilege(catalog, table, column, what) for what in ("INSERT", "UPDATE"))
 
 
+@UNPRIVILEGED
 def test_the_application_role_writes_no_id_of_a_sequence(catalog):
     generated = catalog.execute(
         "SELECT table_name FROM information_schema.columns WHERE table_schema = 'pgbraid'"
