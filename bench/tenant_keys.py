@@ -93,12 +93,11 @@ def _guards_off(conn) -> None:
 
 
 def _guards_on(conn) -> None:
-    """048 again, as written (its statements but for the grants, which stayed)."""
+    """048 again, as written (its grants end as they were)."""
     from importlib import resources
 
-    text = (resources.files("pgbraid.db") / "migrations" / "048_tenant_bound_keys.sql").read_text()
-    conn.execute(text.split("-- (2) ids the application role cannot choose")[0])
-    conn.execute(text.split("-- (4) the pipeline is the tenant's")[1].split("\n", 1)[1])
+    conn.execute((resources.files("pgbraid.db") / "migrations" / "048_tenant_bound_keys.sql")
+                 .read_text())
 
 
 def _guarded(conn) -> bool:

@@ -14,14 +14,15 @@
 --    own (fragments, versions, embeddings, bm25_postings, bm25_partition_stats) is
 --    bound through its parent, which is bound in turn; tests/test_tenant_writes.py
 --    reads the catalog and holds every table and key to this.
--- 2. Every unique key then holds tenant_id or a column bound so, or an id the
---    application role cannot choose: pgbraid_app loses INSERT and UPDATE on the id
---    column of every table whose ids come from a sequence (it keeps them on every
---    other column; a migration adding a column to these tables grants it), and
---    UPDATE on fragments.id. Random ids keep INSERT: fragments (011; an encrypted
---    pipeline draws them client-side to seal with) and audit_log (058). This binds sessions as pgbraid_app (the embedded server,
---    and any server with a superuser login); a login that owns the tables (an
---    external server) is not bound by privileges, and can alter its tables anyway.
+-- 2. Every unique key then holds tenant_id or pipeline_id, or an id the application
+--    role cannot choose: pgbraid_app loses INSERT and UPDATE on the id column of
+--    every table whose ids come from a sequence (it keeps them on every other
+--    column; a migration adding a column to these tables grants it), and UPDATE on
+--    fragments.id. Random ids keep INSERT: fragments (011; an encrypted pipeline
+--    draws them client-side to seal with) and audit_log (058). This binds sessions
+--    as pgbraid_app (the embedded server, and any server with a superuser login); a
+--    login that owns the tables (an external server) is not bound by privileges,
+--    and can alter its tables anyway. Not on Citus (below).
 --    The unique keys led by a parent's id but without pipeline_id (versions
 --    (document_id, version), fragments (version_id, ordinal), bm25_dead
 --    (partition_id, ordinal)) get pipeline_id as their last column (as Citus has
@@ -38,9 +39,16 @@
 --    and a foreign-key error otherwise (fuzzy_words answered which words another
 --    tenant's documents contain). One primary-key probe of pipelines a row. Not on
 --    Citus (below).
+--
+-- One DO block, one ALTER a change: on a distributed schema Citus sends each DDL
+-- statement on to the workers, which refuse a multi-statement string
+-- (tests/test_cluster.py upgrades one through every migration).
 DO $$
 DECLARE
     k record;
+    t text;
+    columns text;
+    citus boolean := EXISTS (SELECT FROM pg_extension WHERE extname = 'citus');
 BEGIN
     -- (1) keys to pipelines: (tenant_id, pipeline_id) -> pipelines (tenant_id, id)
     ALTER TABLE pgbraid.pipelines ADD CONSTRAINT pipelines_tenant_id_id_key UNIQUE (tenant_id, id);
@@ -56,81 +64,76 @@ BEGIN
                        ' REFERENCES pgbraid.pipelines (tenant_id, id) ON DELETE %s',
                        k.child, k.conname, CASE k.confdeltype WHEN 'c' THEN 'CASCADE' ELSE 'NO ACTION' END);
     END LOOP;
-END
-$$;
 
--- (1) the other parents, each with its (id, pipeline_id, tenant_id) key
-ALTER TABLE pgbraid.documents ADD CONSTRAINT documents_tenant_key UNIQUE (id, pipeline_id, tenant_id);
-ALTER TABLE pgbraid.versions ADD CONSTRAINT versions_tenant_key UNIQUE (id, pipeline_id, tenant_id);
-ALTER TABLE pgbraid.fragments ADD CONSTRAINT fragments_tenant_key UNIQUE (id, pipeline_id, tenant_id);
-ALTER TABLE pgbraid.vertices ADD CONSTRAINT vertices_tenant_key UNIQUE (id, pipeline_id, tenant_id);
-ALTER TABLE pgbraid.bm25_partitions ADD CONSTRAINT bm25_partitions_tenant_key
-    UNIQUE (id, pipeline_id, tenant_id);
-ALTER TABLE pgbraid.bm25_segments ADD CONSTRAINT bm25_segments_tenant_key
-    UNIQUE (pipeline_id, segment, tenant_id);
-
-ALTER TABLE pgbraid.versions DROP CONSTRAINT versions_document_id_fkey,
-    ADD CONSTRAINT versions_document_id_fkey FOREIGN KEY (document_id, pipeline_id, tenant_id)
+    -- (1) the other parents, each with its (id, pipeline_id, tenant_id) key
+    ALTER TABLE pgbraid.documents ADD CONSTRAINT documents_tenant_key UNIQUE (id, pipeline_id, tenant_id);
+    ALTER TABLE pgbraid.versions ADD CONSTRAINT versions_tenant_key UNIQUE (id, pipeline_id, tenant_id);
+    ALTER TABLE pgbraid.fragments ADD CONSTRAINT fragments_tenant_key UNIQUE (id, pipeline_id, tenant_id);
+    ALTER TABLE pgbraid.vertices ADD CONSTRAINT vertices_tenant_key UNIQUE (id, pipeline_id, tenant_id);
+    ALTER TABLE pgbraid.bm25_partitions ADD CONSTRAINT bm25_partitions_tenant_key
+        UNIQUE (id, pipeline_id, tenant_id);
+    ALTER TABLE pgbraid.bm25_segments ADD CONSTRAINT bm25_segments_tenant_key
+        UNIQUE (pipeline_id, segment, tenant_id);
+    ALTER TABLE pgbraid.versions DROP CONSTRAINT versions_document_id_fkey;
+    ALTER TABLE pgbraid.versions ADD CONSTRAINT versions_document_id_fkey FOREIGN KEY (document_id, pipeline_id, tenant_id)
         REFERENCES pgbraid.documents (id, pipeline_id, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.fragments DROP CONSTRAINT fragments_version_id_fkey,
-    ADD CONSTRAINT fragments_version_id_fkey FOREIGN KEY (version_id, pipeline_id, tenant_id)
+    ALTER TABLE pgbraid.fragments DROP CONSTRAINT fragments_version_id_fkey;
+    ALTER TABLE pgbraid.fragments ADD CONSTRAINT fragments_version_id_fkey FOREIGN KEY (version_id, pipeline_id, tenant_id)
         REFERENCES pgbraid.versions (id, pipeline_id, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.edges DROP CONSTRAINT edges_src_fkey, DROP CONSTRAINT edges_dst_fkey,
-    ADD CONSTRAINT edges_src_fkey FOREIGN KEY (src, pipeline_id, tenant_id)
-        REFERENCES pgbraid.vertices (id, pipeline_id, tenant_id) ON DELETE CASCADE,
-    ADD CONSTRAINT edges_dst_fkey FOREIGN KEY (dst, pipeline_id, tenant_id)
+    ALTER TABLE pgbraid.edges DROP CONSTRAINT edges_src_fkey;
+    ALTER TABLE pgbraid.edges ADD CONSTRAINT edges_src_fkey FOREIGN KEY (src, pipeline_id, tenant_id)
         REFERENCES pgbraid.vertices (id, pipeline_id, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.bm25_segments DROP CONSTRAINT bm25_segments_partition_id_fkey,
-    ADD CONSTRAINT bm25_segments_partition_id_fkey FOREIGN KEY (partition_id, pipeline_id, tenant_id)
+    ALTER TABLE pgbraid.edges DROP CONSTRAINT edges_dst_fkey;
+    ALTER TABLE pgbraid.edges ADD CONSTRAINT edges_dst_fkey FOREIGN KEY (dst, pipeline_id, tenant_id)
+        REFERENCES pgbraid.vertices (id, pipeline_id, tenant_id) ON DELETE CASCADE;
+    ALTER TABLE pgbraid.bm25_segments DROP CONSTRAINT bm25_segments_partition_id_fkey;
+    ALTER TABLE pgbraid.bm25_segments ADD CONSTRAINT bm25_segments_partition_id_fkey FOREIGN KEY (partition_id, pipeline_id, tenant_id)
         REFERENCES pgbraid.bm25_partitions (id, pipeline_id, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.bm25_partition_stats DROP CONSTRAINT bm25_partition_stats_partition_id_fkey,
-    ADD CONSTRAINT bm25_partition_stats_partition_id_fkey
-        FOREIGN KEY (partition_id, pipeline_id, tenant_id)
+    ALTER TABLE pgbraid.bm25_partition_stats DROP CONSTRAINT bm25_partition_stats_partition_id_fkey;
+    ALTER TABLE pgbraid.bm25_partition_stats ADD CONSTRAINT bm25_partition_stats_partition_id_fkey FOREIGN KEY (partition_id, pipeline_id, tenant_id)
         REFERENCES pgbraid.bm25_partitions (id, pipeline_id, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_partition_id_fkey,
-    DROP CONSTRAINT bm25_dead_pipeline_id_segment_fkey,
-    ADD CONSTRAINT bm25_dead_partition_id_fkey FOREIGN KEY (partition_id, pipeline_id, tenant_id)
-        REFERENCES pgbraid.bm25_partitions (id, pipeline_id, tenant_id) ON DELETE CASCADE,
-    ADD CONSTRAINT bm25_dead_pipeline_id_segment_fkey FOREIGN KEY (pipeline_id, segment, tenant_id)
+    ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_partition_id_fkey;
+    ALTER TABLE pgbraid.bm25_dead ADD CONSTRAINT bm25_dead_partition_id_fkey FOREIGN KEY (partition_id, pipeline_id, tenant_id)
+        REFERENCES pgbraid.bm25_partitions (id, pipeline_id, tenant_id) ON DELETE CASCADE;
+    ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_pipeline_id_segment_fkey;
+    ALTER TABLE pgbraid.bm25_dead ADD CONSTRAINT bm25_dead_pipeline_id_segment_fkey FOREIGN KEY (pipeline_id, segment, tenant_id)
         REFERENCES pgbraid.bm25_segments (pipeline_id, segment, tenant_id) ON DELETE CASCADE;
-ALTER TABLE pgbraid.bm25_postings DROP CONSTRAINT bm25_postings_pipeline_id_segment_fkey,
-    ADD CONSTRAINT bm25_postings_pipeline_id_segment_fkey FOREIGN KEY (pipeline_id, segment, tenant_id)
+    ALTER TABLE pgbraid.bm25_postings DROP CONSTRAINT bm25_postings_pipeline_id_segment_fkey;
+    ALTER TABLE pgbraid.bm25_postings ADD CONSTRAINT bm25_postings_pipeline_id_segment_fkey FOREIGN KEY (pipeline_id, segment, tenant_id)
         REFERENCES pgbraid.bm25_segments (pipeline_id, segment, tenant_id) ON DELETE CASCADE;
-
-DO $$
-BEGIN
     IF to_regclass('pgbraid.embeddings') IS NOT NULL THEN
-        ALTER TABLE pgbraid.embeddings DROP CONSTRAINT embeddings_fragment_id_fkey,
-            ADD CONSTRAINT embeddings_fragment_id_fkey FOREIGN KEY (fragment_id, pipeline_id, tenant_id)
-                REFERENCES pgbraid.fragments (id, pipeline_id, tenant_id) ON DELETE CASCADE;
+        ALTER TABLE pgbraid.embeddings DROP CONSTRAINT embeddings_fragment_id_fkey;
+        ALTER TABLE pgbraid.embeddings ADD CONSTRAINT embeddings_fragment_id_fkey FOREIGN KEY (fragment_id, pipeline_id, tenant_id)
+            REFERENCES pgbraid.fragments (id, pipeline_id, tenant_id) ON DELETE CASCADE;
     END IF;
-END
-$$;
 
--- (2) unique keys within the pipeline (same leading columns: the same lookups)
-ALTER TABLE pgbraid.versions DROP CONSTRAINT versions_document_id_version_key,
-    ADD CONSTRAINT versions_document_id_version_key UNIQUE (document_id, version, pipeline_id);
-ALTER TABLE pgbraid.fragments DROP CONSTRAINT fragments_version_id_ordinal_key,
-    ADD CONSTRAINT fragments_version_id_ordinal_key UNIQUE (version_id, ordinal, pipeline_id);
-ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_pkey,
-    ADD CONSTRAINT bm25_dead_pkey PRIMARY KEY (partition_id, ordinal, pipeline_id);
+    -- (2) unique keys within the pipeline (same leading columns: the same lookups)
+    ALTER TABLE pgbraid.versions DROP CONSTRAINT versions_document_id_version_key;
+    ALTER TABLE pgbraid.versions ADD CONSTRAINT versions_document_id_version_key
+        UNIQUE (document_id, version, pipeline_id);
+    ALTER TABLE pgbraid.fragments DROP CONSTRAINT fragments_version_id_ordinal_key;
+    ALTER TABLE pgbraid.fragments ADD CONSTRAINT fragments_version_id_ordinal_key
+        UNIQUE (version_id, ordinal, pipeline_id);
+    ALTER TABLE pgbraid.bm25_dead DROP CONSTRAINT bm25_dead_pkey;
+    ALTER TABLE pgbraid.bm25_dead ADD CONSTRAINT bm25_dead_pkey
+        PRIMARY KEY (partition_id, ordinal, pipeline_id);
 
--- (3)
-ALTER TABLE pgbraid.age_graphs ADD CONSTRAINT age_graphs_graph_check
-    CHECK (graph = 'pgbraid_p' || pipeline_id);
+    -- (3)
+    ALTER TABLE pgbraid.age_graphs ADD CONSTRAINT age_graphs_graph_check
+        CHECK (graph = 'pgbraid_p' || pipeline_id);
 
--- (2) ids the application role cannot choose. Not on a Citus coordinator: Citus does
--- not carry column privileges to the shards (measured: "permission denied for table
--- pipelines_102013" on every insert through the coordinator), so there explicit ids
--- stay open (README).
-DO $$
-DECLARE
-    t text;
-    columns text;
-BEGIN
-    IF EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+    -- (2) and (4) are not for a Citus coordinator. Citus does not carry column
+    -- privileges to the shards (measured: "permission denied for table
+    -- pipelines_102013" on every insert through the coordinator), and refuses a
+    -- subquery in a policy of a distributed table ("Subqueries are not supported in
+    -- policies on distributed tables"). There explicit ids stay open, and the foreign
+    -- keys alone refuse a row naming another tenant's pipeline, after the unique
+    -- indexes have answered (README: a "duplicate key" can tell its keys).
+    IF citus THEN
         RETURN;
     END IF;
+
+    -- (2) ids the application role cannot choose
     FOREACH t IN ARRAY ARRAY['pipelines', 'documents', 'versions', 'fragments', 'vertices',
                              'edges', 'bm25_partitions']
     LOOP
@@ -141,26 +144,13 @@ BEGIN
         EXECUTE format('REVOKE UPDATE ON pgbraid.%I FROM pgbraid_app', t);
         EXECUTE format('GRANT UPDATE (%s) ON pgbraid.%I TO pgbraid_app', columns, t);
         -- fragments' ids are random (011), and an encrypted pipeline's are drawn
-        -- client-side (encryption.py seals each fragment with its id): no sequence to run ahead of
+        -- client-side (encryption.py seals each fragment with its id): no sequence
         CONTINUE WHEN t = 'fragments';
         EXECUTE format('REVOKE INSERT ON pgbraid.%I FROM pgbraid_app', t);
         EXECUTE format('GRANT INSERT (%s) ON pgbraid.%I TO pgbraid_app', columns, t);
     END LOOP;
-END
-$$;
 
--- (4) the pipeline is the tenant's, checked before the row reaches any index. Not on
--- a Citus coordinator: Citus refuses a subquery in a policy of a distributed table
--- ("Subqueries are not supported in policies on distributed tables"), so there the
--- foreign keys alone refuse such rows, after the unique indexes (README: a raw
--- session on Citus can still tell another pipeline's keys from a "duplicate key").
-DO $$
-DECLARE
-    t text;
-BEGIN
-    IF EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
-        RETURN;
-    END IF;
+    -- (4) the pipeline is the tenant's, checked before the row reaches any index
     FOR t IN
         SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'pipeline_id' AND NOT a.attisdropped
