@@ -17,6 +17,7 @@ from pgbraid.api.errors import raise_as_pgbraid
 from pgbraid.cli import app
 from pgbraid.errors import Forbidden, InvalidRequest, MethodNotAllowed, NotFound, Unauthorized
 
+from .keys import expired_key
 from .serving import served, tenant_client  # noqa: F401  (fixture)
 
 
@@ -64,8 +65,7 @@ def test_unknown_revoked_and_expired_keys_are_unauthorized(tenant):
     tenant.revoke_key(key["id"])
     with pytest.raises(Unauthorized, match="revoked"):
         tenant.authenticate(key["key"])
-    past = datetime.now(timezone.utc) - timedelta(minutes=1)
-    expired = tenant.create_key(pipeline="notes", permissions="read", expires=past)
+    expired = expired_key(tenant, pipeline="notes", permissions="read")
     with pytest.raises(Unauthorized, match="expired"):
         tenant.authenticate(expired["key"])
     later = tenant.create_key(pipeline="notes", permissions="read", expires="2999-01-01")
@@ -95,6 +95,18 @@ def test_keys_are_checked_before_anything_is_stored(tenant, superuser):
         with pytest.raises(Forbidden):
             call()
     assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == before + 2
+
+
+def test_a_key_cannot_be_created_expired(tenant, superuser):
+    before = superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0]
+    now = datetime.now(timezone.utc)
+    for past in (now - timedelta(minutes=1), "2020-01-01", (now - timedelta(seconds=1)).isoformat()):
+        with pytest.raises(InvalidRequest, match="expires must be in the future") as refused:
+            tenant.create_key(pipeline="notes", permissions="read", expires=past)
+        assert refused.value.details == {"field": "expires"}
+    assert superuser.execute("SELECT count(*) FROM pgbraid.api_keys").fetchone()[0] == before
+    soon = tenant.create_key(pipeline="notes", permissions="read", expires=now + timedelta(minutes=5))
+    assert tenant.authenticate(soon["key"]).key_id == soon["id"]
 
 
 def test_the_app_role_cannot_list_keys_only_look_one_up_by_digest(tenant, superuser):
@@ -292,7 +304,7 @@ def test_keys_list_shows_each_keys_classifications_and_expiry_never_its_secret(d
     bounded = tenant.create_key(pipeline="notes", permissions="read",
                                 classification="internal,secret", expires=later.isoformat())
     unbounded = tenant.create_key(pipeline="notes", permissions="read,execute")
-    lapsed = tenant.create_key(pipeline="notes", permissions="read", expires="2020-01-01")
+    lapsed = expired_key(tenant, pipeline="notes", permissions="read", expired_at="2020-01-01")
     tenant.revoke_key(unbounded["id"])
     env = {"PGBRAID_DATA_DIR": str(data_dir), "PGBRAID_TENANT": tenant.tenant}
     shown = CliRunner().invoke(app, ["keys", "list"], env=env)

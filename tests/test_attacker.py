@@ -36,6 +36,7 @@ import pytest
 from pgbraid import audit
 
 from .attacks import A_SECRET, B_CLASS, MARK, TEXT, Attempt, World, attempts, send
+from .keys import expired_key
 from .serving import served, tenant_client  # noqa: F401  (fixture)
 from .test_noninterference import strip_timings
 
@@ -83,8 +84,8 @@ def world(data_dir, server, served):
                                    classification="public"),
             "revoked": a.create_key(pipeline="*", permissions="read,write,execute,admin",
                                     admin=True),
-            "expired": a.create_key(pipeline="*", permissions="read,execute",
-                                    expires="2001-01-01T00:00:00Z"),
+            "expired": expired_key(a, pipeline="*", permissions="read,execute",
+                                   expired_at="2001-01-01T00:00:00Z"),
         }
         a.revoke_key(keys["revoked"]["id"])
         world = World(a.tenant, b.tenant, keys, b_key, b_fragments, tables["b"])

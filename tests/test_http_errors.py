@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
-
 import pytest
 
+from .keys import expired_key
 from .serving import served, tenant_client  # noqa: F401  (fixture)
 
 
@@ -145,8 +144,7 @@ def test_401_without_a_key_with_a_bad_one_a_revoked_one_and_an_expired_one(
                      "unauthorized")
     revoked = tenant.create_key(pipeline=pipeline, permissions="read,execute")
     tenant.revoke_key(revoked["id"])
-    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
-    expired = tenant.create_key(pipeline=pipeline, permissions="read,execute", expires=past)
+    expired = expired_key(tenant, pipeline=pipeline, permissions="read,execute")
     for key, why in ((revoked, "revoked"), (expired, "expired")):
         with served.client(key["key"]) as http:
             assert why in error_of(http.post(search, json=body), 401, "unauthorized")["message"]

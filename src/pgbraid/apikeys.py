@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, ContextManager
 
 import psycopg
@@ -135,10 +135,14 @@ def _expiry(value: Any) -> datetime | None:
     if value is None:
         return None
     try:
-        return parse_as_of(value)
+        expires_at = parse_as_of(value)
     except InvalidRequest:
         raise InvalidRequest(f"expires must be an ISO-8601 date or time, got {shown(value)}",
                              field="expires") from None
+    if expires_at <= datetime.now(timezone.utc):  # a key born expired is a mistake
+        raise InvalidRequest(f"expires must be in the future, got {expires_at.isoformat()}",
+                             field="expires")
+    return expires_at
 
 
 def listing(conn: psycopg.Connection, caller: Principal) -> list[dict[str, Any]]:
