@@ -233,6 +233,29 @@ def test_the_victim_answers_as_if_nothing_happened(tenants):
     assert b.ingest(PIPELINE, [{"id": "d1", "text": TEXT}]).added == 1
 
 
+@UNPRIVILEGED
+def test_no_tenant_reads_the_shared_sequences(tenants, catalog):
+    """The sequences every tenant's ids come from tell nothing of the others' writes
+    (``last_value`` counted every tenant's documents and versions) and give no id by
+    hand; ids still come from them (identity columns; migration 049)."""
+    a, b, _ = tenants
+    sequences = [r[0] for r in catalog.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'pgbraid' AND c.relkind = 'S'").fetchall()]
+    assert "documents_id_seq" in sequences
+    for name in sequences:
+        for statement in (psycopg.sql.SQL("SELECT last_value FROM pgbraid.{}").format(
+                              psycopg.sql.Identifier(name)),
+                          psycopg.sql.SQL("SELECT nextval({}::regclass)").format(
+                              psycopg.sql.Literal(f"pgbraid.{name}"))):
+            with pytest.raises(errors.InsufficientPrivilege, match="permission denied"):
+                _attack(a, statement, ())
+    with a.session() as conn:  # pg_sequences shows last_value to whoever may use one
+        assert conn.execute("SELECT count(last_value) FROM pg_sequences"
+                            " WHERE schemaname = 'pgbraid'").fetchone()[0] == 0
+    assert b.ingest(PIPELINE, [{"id": "fresh", "text": TEXT}]).added == 1
+
+
 # -- the catalog: every key of the schema --------------------------------------------
 
 _FOREIGN = """

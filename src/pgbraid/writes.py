@@ -87,11 +87,18 @@ class Writes:
             bound = guard.bound_for(conn, self.principal)
             if bound is not None:
                 bound.check_pipeline(conn, pipeline.id, name)
+            mirror = conn.execute("SELECT graph FROM pgbraid.age_graphs WHERE pipeline_id = %s",
+                                  (pipeline.id,)).fetchone()
             pipelines.delete(conn, name)
             audit.record(conn, self.principal, "pipeline.delete", name)
         if pipeline.embedder:
             with self._db.admin() as conn:
                 vectors.drop_indexes(conn, pipeline.id)
+        if mirror is not None:  # its Apache AGE mirror holds the pipeline's graph: it goes too
+            from .strategies.graph.age import drop_mirror
+
+            with self._db.admin() as conn:  # a graph is a schema: the login role's
+                drop_mirror(conn, mirror[0])
 
     # -- ingestion ------------------------------------------------------------
 

@@ -136,6 +136,17 @@ def _create_graph(owner: psycopg.Connection, name: str) -> tuple[int, int]:
     return labels[VERTEX], labels[EDGE]
 
 
+def drop_mirror(owner: psycopg.Connection, graph: str) -> None:
+    """Drop a deleted pipeline's mirror (as the login role), if AGE still holds it: its
+    vertices and edges are the pipeline's, and pgbraid_app is granted its tables."""
+    with owner.transaction():
+        if owner.execute("SELECT to_regclass('ag_catalog.ag_graph') IS NOT NULL").fetchone()[0] \
+                and owner.execute("SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s",
+                                  (graph,)).fetchone():
+            owner.execute("SELECT set_config('search_path', %s, true)", (_PATH,))
+            owner.execute("SELECT ag_catalog.drop_graph(%s, true)", (graph,))
+
+
 def _mirror(conn: psycopg.Connection, pipeline_id: int):
     return conn.execute("SELECT graph, vertex_label, edge_label, version FROM pgbraid.age_graphs"
                         " WHERE pipeline_id = %s", (pipeline_id,)).fetchone()
