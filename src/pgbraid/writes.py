@@ -34,8 +34,8 @@ WHERE a.amname = 'gin'
 """
 # After a smaller ingest, fulltext's list alone: a few hundred pending fragments made the
 # statement fulltext sends scan the table instead of fragments_tsv. Merging every list
-# after each 10-document ingest cost 74 % more server CPU an ingest, this one 15 %
-# (docs/benchmarks.md, Ingestion). After the call's batches commit: no lock is held.
+# after each small ingest cost 34-40 % more server CPU a call, this one 0.6-7 %
+# (paired, docs/benchmarks.md, Ingestion). After the call's batches commit: no lock is held.
 MERGE_FULLTEXT = "SELECT gin_clean_pending_list('pgbraid.fragments_tsv'::regclass)"
 
 

@@ -27,7 +27,7 @@ import httpx
 from ..errors import InvalidRequest
 from ..ingest.readers import SourceDocument, document_from_record
 from ..models import printable, validate_document_id
-from .config import PREFIX, LiveFailure, LiveSource, allowed  # noqa: F401 (re-exported)
+from .config import PREFIX, LiveFailure, LiveSource, allowed
 
 MAX_REDIRECTS = 3
 CHUNK = 64 * 1024
