@@ -58,6 +58,9 @@ def error_of(response, status: int, code: str) -> dict:
     (b'{"query": 5}', "query"),
     (b'{"query": "pump", "type": "warp"}', "unknown search type"),
     (b'{"query": "pump", "group_by": "page"}', "group_by"),
+    # checked whatever the type, not only where a vector leg runs (trial2: bm25 answered 200)
+    (b'{"query": "pump", "type": "bm25", "distance_strategy": "manhattan"}', "distance_strategy"),
+    (b'{"query": "pump", "type": "fulltext", "distance_strategy": "l2"}', "distance_strategy"),
     (b'{"query": "a\\u0000b"}', "NUL"),
     (b'{"query": "a\\ud800b"}', "surrogates"),
     (b"[1, 2]", "the body must be a JSON object"),
@@ -85,6 +88,7 @@ def test_a_json_body_sent_as_a_form_names_the_content_type(admin, pipeline, path
     ("/pipelines", {"name": "x", "embeder": "none"}),
     ("/keys", {"permissions": ["read"], "pipelines": "*"}),
     ("/ground", {"entity": "e", "value": "v", "scopes": {}}),
+    ("/ground", {"entity": "e", "valeu": "v"}),  # the typo is named, not "value" missing
     ("/sources/any/search", {"query": "q", "kk": 3}),
 ])
 def test_unknown_fields_are_refused_by_name_everywhere(admin, path, body):
