@@ -97,6 +97,20 @@ def test_unknown_fields_are_refused_by_name_everywhere(admin, path, body):
     assert error["message"] == f"unknown field {wrong!r}" and error["details"]["field"] == wrong
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/pipelines", {"name": "bad name!", "embedder": "none"}),
+    ("/keys", {"pipeline": "a b", "permissions": ["read"]}),
+])
+def test_a_bad_pipeline_name_gets_the_cli_s_message_not_a_regex(admin, path, body):
+    """The CLI and the Client say what a name may hold; HTTP said pydantic's
+    "String should match pattern '^[A-Za-z0-9]...'" (trial2)."""
+    error = error_of(admin.post(path, json=body), 400, "invalid_request")
+    assert "1-63 letters, digits" in error["message"] and "pattern" not in error["message"]
+    schema = admin.get("/openapi.json").json()["components"]["schemas"]
+    field = {"/pipelines": ("PipelineCreate", "name"), "/keys": ("KeyCreate", "pipeline")}[path]
+    assert "pattern" in schema[field[0]]["properties"][field[1]]  # still declared
+
+
 def test_a_bad_ingestion_body_is_refused_whole_and_writes_nothing(admin, pipeline, tenant,
                                                                  superuser):
     before = documents(superuser, tenant)
