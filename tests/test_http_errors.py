@@ -58,6 +58,9 @@ def error_of(response, status: int, code: str) -> dict:
     (b'{"query": 5}', "query"),
     (b'{"query": "pump", "type": "warp"}', "unknown search type"),
     (b'{"query": "pump", "group_by": "page"}', "group_by"),
+    # checked whatever the type, not only where a vector leg runs (trial2: bm25 answered 200)
+    (b'{"query": "pump", "type": "bm25", "distance_strategy": "manhattan"}', "distance_strategy"),
+    (b'{"query": "pump", "type": "fulltext", "distance_strategy": "l2"}', "distance_strategy"),
     (b'{"query": "a\\u0000b"}', "NUL"),
     (b'{"query": "a\\ud800b"}', "surrogates"),
     (b"[1, 2]", "the body must be a JSON object"),
@@ -85,12 +88,27 @@ def test_a_json_body_sent_as_a_form_names_the_content_type(admin, pipeline, path
     ("/pipelines", {"name": "x", "embeder": "none"}),
     ("/keys", {"permissions": ["read"], "pipelines": "*"}),
     ("/ground", {"entity": "e", "value": "v", "scopes": {}}),
+    ("/ground", {"entity": "e", "valeu": "v"}),  # the typo is named, not "value" missing
     ("/sources/any/search", {"query": "q", "kk": 3}),
 ])
 def test_unknown_fields_are_refused_by_name_everywhere(admin, path, body):
     wrong = next(k for k in body if k not in ("name", "permissions", "entity", "value", "query"))
     error = error_of(admin.post(path, json=body), 400, "invalid_request")
     assert error["message"] == f"unknown field {wrong!r}" and error["details"]["field"] == wrong
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/pipelines", {"name": "bad name!", "embedder": "none"}),
+    ("/keys", {"pipeline": "a b", "permissions": ["read"]}),
+])
+def test_a_bad_pipeline_name_gets_the_cli_s_message_not_a_regex(admin, path, body):
+    """The CLI and the Client say what a name may hold; HTTP said pydantic's
+    "String should match pattern '^[A-Za-z0-9]...'" (trial2)."""
+    error = error_of(admin.post(path, json=body), 400, "invalid_request")
+    assert "1-63 letters, digits" in error["message"] and "pattern" not in error["message"]
+    schema = admin.get("/openapi.json").json()["components"]["schemas"]
+    field = {"/pipelines": ("PipelineCreate", "name"), "/keys": ("KeyCreate", "pipeline")}[path]
+    assert "pattern" in schema[field[0]]["properties"][field[1]]  # still declared
 
 
 def test_a_bad_ingestion_body_is_refused_whole_and_writes_nothing(admin, pipeline, tenant,

@@ -96,7 +96,8 @@ def test_bad_document_ids_on_the_cli(env, stocked):
 
 def test_bad_queries_and_filters_on_the_cli(env, stocked):
     for args in (["pump\ud800"], ["pump", "--filter", '{"te\\u0000am": "ops"}'],
-                 ["pump", "--filter", '{"team": "\\ud800"}']):
+                 ["pump", "--filter", '{"team": "\\ud800"}'],
+                 ["pump", "--type", "bm25", "--distance-strategy", "manhattan"]):
         result = cli(env, "search", stocked, *args, "--json")
         assert result.exit_code == 2, result.stdout
         assert json.loads(result.stdout)["error"]["code"] == "invalid_request"
@@ -226,6 +227,23 @@ def test_bad_query_vectors_are_refused(offline, vector, distance, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
         offline.search("docs", "pump", type="similarity", distance_strategy=distance,
                        params={"vector": vector})
+
+
+@pytest.mark.parametrize("type_", ["bm25", "fulltext", "fuzzy", "graph", "relational"])
+def test_a_wrong_distance_strategy_is_refused_for_every_type_unsent(offline, type_):
+    """Not only where a vector leg runs: bm25 answered a search with "manhattan" (trial2)."""
+    with pytest.raises(InvalidRequest, match="distance_strategy") as caught:
+        offline.search("docs", "pump", type=type_, distance_strategy="manhattan")
+    assert caught.value.details["field"] == "distance_strategy"
+
+
+def test_the_request_model_and_the_vector_store_know_the_same_distances():
+    from typing import get_args
+
+    from pgbraid.models import SearchRequest
+    from pgbraid.strategies.vector.store import DISTANCES
+    declared = get_args(SearchRequest.model_fields["distance_strategy"].annotation)
+    assert set(declared) == set(DISTANCES)
 
 
 def test_a_zero_vector_is_fine_where_it_has_a_distance(offline):

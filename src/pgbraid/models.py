@@ -67,7 +67,9 @@ class SearchRequest(Frozen):
     """What the reader holds (only narrows the principal's); None: the principal's default."""
     params: dict[str, Any] = Field(default_factory=dict)
     filters: dict[str, Any] | None = None
-    distance_strategy: str = "cosine"
+    distance_strategy: Literal["cosine", "euclidean-distance", "dot-product"] = "cosine"
+    """Checked for every type, not only the vector ones: a wrong value is a mistake the
+    caller should hear of, whatever the type (strategies/vector/store.py's DISTANCES)."""
     group_by: Literal["fragment", "document"] = "fragment"
     as_of: datetime | None = None
     """Search the versions valid at this time (an ISO-8601 string or a datetime; UTC
@@ -153,7 +155,10 @@ def invalid(problems: list[dict[str, Any]], located: bool = False) -> InvalidReq
     field, the others in ``details.errors``: what every entry point (Python, CLI, HTTP,
     MCP) answers for a body that does not validate. ``located``: FastAPI's problems, whose
     location starts with where in the request (body, query, path, header)."""
-    listed = [_problem(p, located) for p in list(problems)[:20]]
+    # An unknown field first: {"valeu": ...} is a typo of "value", so "unknown field
+    # 'valeu'" is the news, and "value: Field required" only its consequence.
+    ordered = sorted(problems, key=lambda p: p.get("type") != "extra_forbidden")
+    listed = [_problem(p, located) for p in ordered[:20]]
     if not listed:
         return InvalidRequest("invalid request")
     return InvalidRequest(listed[0]["message"], field=listed[0]["field"], errors=listed)

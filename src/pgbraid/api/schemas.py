@@ -15,9 +15,24 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from ..errors import InvalidRequest
 from ..live.config import LiveSource
-from ..models import NAME_RE, SearchRequest, as_of_field, shown
+from ..models import NAME_RE, SearchRequest, as_of_field, shown, validate_name
 
 NAME = f"^{NAME_RE.pattern}$"
+
+
+def _pipeline_name(value: Any) -> Any:
+    """The CLI's and the Client's own message for a bad name, not pydantic's regex."""
+    if isinstance(value, str) and value != "*":
+        try:
+            validate_name("pipeline", value)
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
+PipelineName = Annotated[str, BeforeValidator(_pipeline_name),
+                         WithJsonSchema({"type": "string", "pattern": NAME})]
+"""A pipeline name: the pattern stays in /openapi.json, the message is validate_name's."""
 Permission = Literal["read", "write", "execute", "admin"]
 
 
@@ -43,7 +58,7 @@ class Out(BaseModel):
 # -- requests -------------------------------------------------------------------------
 
 class PipelineCreate(Body):
-    name: str = Field(pattern=NAME)
+    name: PipelineName
     embedder: Literal["minilm", "e5-multilingual", "openai", "none"] = "minilm"
     language: str = "english"
     """A text-search language (english, german, simple, ...)."""
@@ -132,7 +147,8 @@ class GraphLoadBody(Body):
 
 
 class KeyCreate(Body):
-    pipeline: str = Field("*", pattern=f"^(?:\\*|{NAME_RE.pattern})$")
+    pipeline: Annotated[str, BeforeValidator(_pipeline_name), WithJsonSchema(
+        {"type": "string", "pattern": f"^(?:\\*|{NAME_RE.pattern})$", "default": "*"})] = "*"
     """A pipeline name, or ``*`` for every pipeline of the tenant."""
     permissions: list[Permission] = Field(min_length=1)
     classification: list[str] | str | None = None

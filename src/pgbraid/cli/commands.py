@@ -324,7 +324,8 @@ def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
 
 @app.command("eval")
 def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typer.Option(...),
-             type_: str = typer.Option("fulltext", "--type", "-t"),
+             type_: str = typer.Option("auto", "--type", "-t",
+                                       help="The search type (auto, as for search)."),
              depth: int = typer.Option(100, help="Documents retrieved per query."),
              params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
              as_json: bool = JsonOpt) -> None:
@@ -341,7 +342,11 @@ def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typ
                 pipeline, **_request(text, type_, depth, None, None, params, "document"))
             run[qid] = {hit.document_id: float(depth - hit.rank + 1) for hit in response.hits}
         result = {"pipeline": pipeline, "type": type_, "queries": len(run), **score(judgments, run)}
-        emit(result) if as_json else show_mapping("evaluation", result)
+        if as_json:
+            emit(result)
+        else:  # 0.928, not 0.9279999999999999
+            show_mapping("evaluation", {key: round(value, 4) if isinstance(value, float) else value
+                                        for key, value in result.items()})
 
 
 @app.command("embeddings-serve")
