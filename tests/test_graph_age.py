@@ -282,6 +282,33 @@ def test_deleting_a_pipeline_drops_its_mirror(age_client, superuser):
     assert _mirrored(age_client, superuser, name) != graph  # and anew: a mirror of its own
 
 
+def test_a_mirror_a_lock_keeps_is_a_warning_and_the_next_delete_drops_it(age_client, superuser,
+                                                                          server):
+    """The pipeline is gone once its delete commits; a mirror whose drop meets a lock (a
+    reader of its vertices) is reported, listed in pgbraid.leftovers, and dropped later."""
+    from psycopg import sql
+
+    from pgbraid import housekeeping
+
+    name, later = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    graph = _mirrored(age_client, superuser, name)
+    age_client.create_pipeline(later, embedder="none")
+    count = "SELECT count(*) FROM ag_catalog.ag_graph WHERE name = %s"
+    with psycopg.connect(server.status().dsn) as holder:
+        holder.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+            sql.Identifier(graph, "_ag_label_vertex")))
+        answer = age_client.delete_pipeline(name)
+        holder.rollback()
+    assert answer["deleted"] == name, answer
+    assert [w["step"] for w in answer["warnings"]] == ["drop_graph_mirror"], answer
+    assert name not in {p.name for p in age_client.pipelines()}
+    assert [i.graph for i in housekeeping.leftovers(age_client._db, age_client.tenant)] == [graph]
+    assert superuser.execute(count, (graph,)).fetchone()[0] == 1
+    assert age_client.delete_pipeline(later) == {"deleted": later, "warnings": []}
+    assert superuser.execute(count, (graph,)).fetchone()[0] == 0
+    assert housekeeping.leftovers(age_client._db, age_client.tenant) == []
+
+
 @pytest.mark.xfail(strict=True, reason="open (review, session 9): AGE label tables carry no "
                    "row-level security, and pgbraid_app is granted every mirror; a policy "
                    "there keeps AGE's operators (not LEAKPROOF) off its indexes")

@@ -87,7 +87,7 @@ def test_pipelines_create_list_show_delete(admin):
     assert created.json()["language"] == "german" and created.json()["embedder"] is None
     assert [p["name"] for p in admin.get("/pipelines").json()] == [name]
     assert admin.get(f"/pipelines/{name}").json()["documents"] == 0
-    assert admin.delete(f"/pipelines/{name}").json() == {"deleted": name}
+    assert admin.delete(f"/pipelines/{name}").json() == {"deleted": name, "warnings": []}
     assert admin.get(f"/pipelines/{name}").status_code == 404
 
 

@@ -167,7 +167,16 @@ def _within(conn: psycopg.Connection, caller: Principal, row: dict[str, Any]) ->
     return True
 
 
-def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str, str]:
+REVOKE_UNKNOWN = "API key {!r} does not exist, or holds more than this principal may grant"
+"""The one answer (NotFound) to revoking a key the caller may not see: none by that id in its
+tenant, or one beyond its grants. ``listing`` hides the latter from a bounded admin; a 403
+for it against a 404 for an unused id would tell that admin which ids exist."""
+
+
+def revoke(conn: psycopg.Connection, caller: Principal, key_id: str,
+           refused: Callable[[Forbidden], None] | None = None) -> dict[str, str]:
+    """Revoke a key within the caller's grants; ``refused`` is told of a key it holds beyond
+    them (the audit's ``access.denied``), which the caller is answered as if it did not exist."""
     caller.require_tenant_admin("revoking an API key")
     if not isinstance(key_id, str) or not key_id.isalnum() or len(key_id) > 64:
         raise InvalidRequest(f"invalid key id {shown(key_id)}", field="id")
@@ -175,15 +184,19 @@ def revoke(conn: psycopg.Connection, caller: Principal, key_id: str) -> dict[str
         row = cur.execute("SELECT pipeline, permissions, classifications, tenant_admin,"
                           " expires_at FROM pgbraid.api_keys WHERE id = %s FOR UPDATE",
                           (key_id,)).fetchone()
+    unknown = NotFound(REVOKE_UNKNOWN.format(key_id), key=key_id)
     if row is None:
-        raise NotFound(f"API key {key_id!r} does not exist", key=key_id)
+        raise unknown
     try:
         _check_grants(conn, caller, "revoke", row)
     except Forbidden:
-        # Not the key's pipeline, permissions or bound: a bounded admin is not shown the
-        # keys beyond it (listing), so neither does a refusal to revoke one describe it.
-        raise Forbidden(f"this principal may not revoke API key {key_id!r}: it holds more "
-                        "than this principal may grant", action="revoke an API key") from None
+        # Not the key's pipeline, permissions or bound, not even its existence: the audit
+        # (the unrestricted admin's to read) records the refusal, the caller sees a 404.
+        if refused is not None:
+            refused(Forbidden(f"this principal may not revoke API key {key_id!r}: it holds "
+                              "more than this principal may grant",
+                              action="revoke an API key"))
+        raise unknown from None
     conn.execute("UPDATE pgbraid.api_keys SET revoked_at = coalesce(revoked_at, now())"
                  " WHERE id = %s", (key_id,))
     return {"revoked": key_id}

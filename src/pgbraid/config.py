@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     openai_key: str = ""
     openai_timeout: float = 30.0
     statement_timeout_ms: int = 30_000
+    housekeeping_lock_timeout_ms: int = Field(2_000, ge=1, le=600_000)
+    """How long housekeeping after a commit (merging GIN pending lists after an ingest,
+    dropping a deleted pipeline's indexes) waits for a lock another session holds before
+    it gives up with a warning (housekeeping.py); the write itself stays committed."""
     max_query_chars: int = 10_000
     max_k: int = 1_000
     postings_cache_mb: int = 256

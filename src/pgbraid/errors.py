@@ -119,7 +119,8 @@ ERRORS: dict[type[PgbraidError], Row] = {
     Unauthorized: Row("unauthorized", 401, 77, "no valid API key (HTTP): none, unknown, "
                       "revoked or expired"),
     Forbidden: Row("forbidden", 403, 77, "the principal lacks the permission on the pipeline"),
-    NotFound: Row("not_found", 404, 2, "unknown pipeline, document, version or entity source"),
+    NotFound: Row("not_found", 404, 2, "unknown pipeline, document, version, entity source or "
+                    "API key (a key beyond the caller answers so too)"),
     NotEnabled: Row("not_enabled", 501, 69, "the strategy or capability is not enabled or "
                     "installed here (pgvector, pg_search, AGE, an embedder)"),
     BackendTimeout: Row("backend_timeout", 504, 3, "PostgreSQL cancelled a statement "

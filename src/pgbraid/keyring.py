@@ -101,7 +101,7 @@ class Keyring:
         """The id of the key new values are sealed with (creating the default file)."""
         with self._lock:
             if not self._order and self.create:
-                self.generate()
+                self._first_key()
             if not self._order:
                 raise KeyUnavailable(NO_KEY)
             return self._order[0]
@@ -121,17 +121,33 @@ class Keyring:
                                  "hold: a wrong or missing encryption key", key_id=kid)
         return found
 
+    def _first_key(self) -> None:
+        """The default key file's first key, made once: under the file's lock, read it again
+        and generate only if it still holds none. (Two processes that both began with no
+        file would otherwise each put a "first" key in it and seal under their own.)"""
+        assert self.path is not None
+        with _file_lock(self.path):
+            if self.path.exists():
+                self._load()
+            if not self._order:
+                self._add_key()
+
     def generate(self) -> str:
         """Add a new random key as the current one (to the key file, atomically, 0600)."""
         if self.path is None:
             raise KeyUnavailable("the keyring comes from PGBRAID_ENCRYPTION_KEY: put a new key "
                                  "first in it to make it current")
         with self._lock, _file_lock(self.path):
-            old = self.path.read_text() if self.path.exists() else ""
-            key = os.urandom(32)
-            _write_private(self.path, base64.b64encode(key).decode() + "\n" + old)
-            self._load()
-            return key_id(key)
+            return self._add_key()
+
+    def _add_key(self) -> str:
+        """Put a new key first in the key file (its lock held) and load the file."""
+        assert self.path is not None
+        old = self.path.read_text() if self.path.exists() else ""
+        key = os.urandom(32)
+        _write_private(self.path, base64.b64encode(key).decode() + "\n" + old)
+        self._load()
+        return key_id(key)
 
 
 def _file_lock(path: Path):

@@ -79,9 +79,11 @@ class TenantAdmin:
             return apikeys.listing(conn, self.principal)
 
     def revoke_key(self, key_id: str) -> dict[str, str]:
-        """Revoke a key: the next request that presents it is refused."""
+        """Revoke a key: the next request that presents it is refused. A key beyond this
+        principal's grants is NotFound, as an unknown id is (its refusal is audited)."""
         with self._session() as conn:
-            revoked = apikeys.revoke(conn, self.principal, key_id)
+            revoked = apikeys.revoke(conn, self.principal, key_id, lambda exc: audit.denied(
+                self._usage, self.principal, exc, "revoke_key"))
             audit.record(conn, self.principal, "key.revoke", key_id)
             return revoked
 

@@ -9,7 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from . import audit, embedders, encryption, live as live_fetch, pipelines, rotation
+from . import (audit, embedders, encryption, housekeeping, live as live_fetch, pipelines,
+               rotation)
 from .errors import NotEnabled
 from .ingest import guard, quarantine
 from .ingest.batches import IngestReport, ingest
@@ -80,7 +81,11 @@ class Writes:
                 raise
         return self.pipeline(name)
 
-    def delete_pipeline(self, name: str) -> None:
+    def delete_pipeline(self, name: str) -> dict[str, Any]:
+        """Delete a pipeline and everything in it: ``{"deleted", "warnings"}``. Its HNSW
+        indexes and Apache AGE mirror are dropped after the commit; what cannot be dropped
+        then is a warning, not an error (housekeeping.py): the pipeline is gone, and the
+        tenant's next pipeline delete drops what was left."""
         self.principal.require(name, "admin")
         with self._session() as conn:
             pipeline = pipelines.get(conn, name)
@@ -91,14 +96,12 @@ class Writes:
                                   (pipeline.id,)).fetchone()
             pipelines.delete(conn, name)
             audit.record(conn, self.principal, "pipeline.delete", name)
-        if pipeline.embedder:
-            with self._db.admin() as conn:
-                vectors.drop_indexes(conn, pipeline.id)
+        left = [housekeeping.Leftover(pipeline.id, "vector_indexes")] if pipeline.embedder else []
         if mirror is not None:  # its Apache AGE mirror holds the pipeline's graph: it goes too
-            from .strategies.graph.age import drop_mirror
-
-            with self._db.admin() as conn:  # a graph is a schema: the login role's
-                drop_mirror(conn, mirror[0])
+            left.append(housekeeping.Leftover(pipeline.id, "graph_mirror", mirror[0]))
+        warnings = housekeeping.drop_deleted(self._db, self.tenant, name, left,
+                                             self.settings.housekeeping_lock_timeout_ms)
+        return {"deleted": name, "warnings": warnings}
 
     # -- ingestion ------------------------------------------------------------
 
@@ -125,22 +128,29 @@ class Writes:
             "failed": len(report.failed)})
         report.lsn = self._commit_lsn()
         if report.fragments:
-            self._after_writing(report.fragments)
+            report.warnings += self._after_writing(report.fragments)
         return report
 
-    def _after_writing(self, fragments: int) -> None:
+    def _after_writing(self, fragments: int) -> list[housekeeping.Warning]:
         """Merge GIN pending lists (fulltext's, or after a bulk load all of them and fresh
-        planner statistics too), so searches right after it plan well."""
-        with self._db.admin() as conn:
+        planner statistics too), so searches right after it plan well. After the commit:
+        a failure (a lock another session holds) is a warning, not the call's error."""
+        def merge(conn: Any) -> None:
             if fragments < ANALYZE_AFTER:
                 conn.execute(MERGE_FULLTEXT)
-            else:
-                conn.execute(MERGE_PENDING)
-                counted = conn.execute("SELECT reltuples FROM pg_class"
-                                       " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
-                if fragments >= ANALYZE_SHARE * max(counted, 0):
-                    conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
-                                 " pgbraid.documents, pgbraid.bm25_postings")
+                return
+            conn.execute(MERGE_PENDING)
+            counted = conn.execute("SELECT reltuples FROM pg_class"
+                                   " WHERE oid = 'pgbraid.fragments'::regclass").fetchone()[0]
+            if fragments >= ANALYZE_SHARE * max(counted, 0):
+                conn.execute("ANALYZE pgbraid.fragments, pgbraid.versions,"
+                             " pgbraid.documents, pgbraid.bm25_postings")
+
+        return housekeeping.attempt(
+            self._db, self.settings.housekeeping_lock_timeout_ms, "merge_pending_lists",
+            "the ingest is committed, but merging its GIN pending lists (and, after a bulk "
+            "load, refreshing planner statistics) did not finish: searches may read the "
+            "lists until the next ingest or autovacuum merges them", merge)
 
     def delete_document(self, pipeline: str, document_id: str) -> dict[str, Any]:
         """Expire a document's current version; its history stays readable."""

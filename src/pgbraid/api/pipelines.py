@@ -9,7 +9,7 @@ from ..live.config import LiveSource
 from ..models import PipelineInfo
 from .auth import caller
 from .errors import documented
-from .schemas import Deleted, PipelineCreate
+from .schemas import Deleted, PipelineCreate, PipelineDeleted
 
 router = APIRouter(tags=["pipelines"])
 
@@ -35,11 +35,11 @@ def show_pipeline(pipeline: str, client: Client = Depends(caller)) -> PipelineIn
     return client.pipeline(pipeline)
 
 
-@router.delete("/pipelines/{pipeline}", response_model=Deleted, responses=documented())
+@router.delete("/pipelines/{pipeline}", response_model=PipelineDeleted, responses=documented())
 def delete_pipeline(pipeline: str, client: Client = Depends(caller)) -> dict:
-    """Delete a pipeline and everything in it (admin on the pipeline)."""
-    client.delete_pipeline(pipeline)
-    return {"deleted": pipeline}
+    """Delete a pipeline and everything in it (admin on the pipeline); ``warnings``: its
+    indexes or graph mirror not dropped yet (the tenant's next delete drops them)."""
+    return client.delete_pipeline(pipeline)
 
 
 @router.get("/pipelines/{pipeline}/live", response_model=LiveSource, responses=documented())

@@ -174,6 +174,17 @@ class Deleted(Out):
     deleted: str
 
 
+class HousekeepingWarning(Out):
+    """Housekeeping after a commit that failed (housekeeping.py): the write stands."""
+    step: str
+    message: str
+
+
+class PipelineDeleted(Deleted):
+    warnings: list[HousekeepingWarning] = []
+    """Objects of the deleted pipeline not dropped yet (the tenant's next delete drops them)."""
+
+
 class Failure(Out):
     source: str
     message: str
@@ -196,6 +207,8 @@ class IngestReportOut(Out):
     lsn: str | None = None
     """The primary's WAL position after the commits: pass it as a search's ``min_lsn``
     to read them on a replica."""
+    warnings: list[HousekeepingWarning] = []
+    """Housekeeping after the commits that failed: what was written stays written."""
 
 
 class DocumentOut(Out):

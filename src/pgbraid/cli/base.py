@@ -36,6 +36,12 @@ def emit(body: Any) -> None:
     sys.stdout.flush()
 
 
+def show_warnings(warnings: list[dict[str, str]]) -> None:
+    """Housekeeping after a commit that failed (housekeeping.py): the write stands."""
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning['message'])}", soft_wrap=True)
+
+
 @contextmanager
 def handled(as_json: bool) -> Iterator[None]:
     """Show any error in the one shape and exit with its code from the error table."""

@@ -12,7 +12,7 @@ from ..db.server import EmbeddedServer
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
 from ..ingest.readers import FieldMap
 from ..output import console, escape, show_mapping, show_pipelines, show_search
-from .base import JsonOpt, app, emit, handled, parse_json_option
+from .base import JsonOpt, app, emit, handled, parse_json_option, show_warnings
 
 server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Create and inspect pipelines.")
@@ -178,8 +178,12 @@ def pipeline_live(name: str,
 def pipeline_delete(name: str, as_json: bool = JsonOpt) -> None:
     """Delete a pipeline and everything in it."""
     with handled(as_json), connect() as client:
-        client.delete_pipeline(name)
-        emit({"deleted": name}) if as_json else console.print(f"pipeline {name} deleted")
+        body = client.delete_pipeline(name)
+        if as_json:
+            emit(body)
+        else:
+            console.print(f"pipeline {name} deleted", markup=False)
+            show_warnings(body["warnings"])
 
 
 @pipeline_app.command("list")
@@ -242,6 +246,7 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(
                           f"fragments written {report.fragments}"
                           + (f", files skipped {len(report.skipped)}" if report.skipped else "")
                           + (" (stopped at the first failure)" if report.stopped else ""))
+            show_warnings(report.warnings)
         if report.failed:
             raise typer.Exit(1)
 

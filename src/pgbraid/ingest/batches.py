@@ -73,6 +73,9 @@ class IngestReport:
     """Files of the folders ingested that were not read, and why."""
     lsn: str | None = None
     """The primary's WAL position after the last commit (``min_lsn`` for a search)."""
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    """Housekeeping after the commits that failed, ``{"step", "message"}`` (housekeeping.py):
+    what was written stays written."""
 
     @property
     def processed(self) -> int:
@@ -84,7 +87,7 @@ class IngestReport:
             "fragments": self.fragments, "embedded": self.embedded, "stopped": self.stopped,
             "failed": [{"source": f.source, "message": f.message} for f in self.failed],
             "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
-            "lsn": self.lsn,
+            "lsn": self.lsn, "warnings": [dict(w) for w in self.warnings],
         }
 
 
