@@ -3,8 +3,9 @@ commit's, in one process, on the million bench's corpus, pg_textsearch beside th
 
 The other commit's ranking modules (``bm25_topk`` with ``bm25_blockmax``,
 ``bm25_maxscore`` and ``bm25_postings``: everything below the strategy's SQL) are
-exported from git and imported as a package of their own, and its sessions send the
-tenant's settings as four SET LOCALs (db.database before one set_config statement);
+exported from git and imported as a package of their own, and, when that commit
+predates one set_config statement for the tenant's settings (2026-12-02), its
+sessions send them as four SET LOCALs;
 each search runs through
 the full Python API (snapshot, terms, postings cache, scope check, trace) with the
 strategy ranking through one side or the other, and pg_textsearch's query on its own
@@ -54,7 +55,10 @@ def base_ranking(ref: str) -> types.ModuleType:
     sys.modules[package.__name__] = package
     try:
         topk = importlib.import_module(f"{package.__name__}.bm25_topk")
-        topk.one_write = (src / "pgbraid" / "db" / "pipelining.py").exists()
+        db = src / "pgbraid" / "db"
+        topk.one_write = (db / "pipelining.py").exists()
+        settings = db / "transaction_settings.py"
+        topk.set_locals = not (settings.exists() and "set_config(" in settings.read_text())
         return topk
     finally:
         shutil.rmtree(src.parent)  # imported: the export is no longer needed
@@ -122,7 +126,7 @@ def _paired(client, peer, sides: dict, classes: list[str], title: str, texts: li
             for name in names[turn:] + names[:turn]:
                 started, began = time.perf_counter(), time.thread_time()
                 if name in sides:
-                    with side(sides[name], set_locals=name == "base"):
+                    with side(sides[name], set_locals=getattr(sides[name], "set_locals", False)):
                         answers[name] = ours(text)
                 else:
                     peer.search("1m", text)
