@@ -3,13 +3,18 @@ commit's, in one process, on the million bench's corpus, pg_textsearch beside th
 
 The other commit's ranking modules (``bm25_topk`` with ``bm25_blockmax``,
 ``bm25_maxscore`` and ``bm25_postings``: everything below the strategy's SQL) are
-exported from git and imported as a package of their own, and its sessions send the
-tenant's settings as four SET LOCALs (db.database before one set_config statement);
+exported from git and imported as a package of their own, and, when that commit
+predates one set_config statement for the tenant's settings (2026-12-02), its
+sessions send them as four SET LOCALs;
 each search runs through
 the full Python API (snapshot, terms, postings cache, scope check, trace) with the
 strategy ranking through one side or the other, and pg_textsearch's query on its own
-server, the order rotating from query to query. Both sides must return the same
-fragments with the same scores and matched terms on every query.
+server, the order rotating from query to query. When the other commit has no
+db/pipelining.py, its sessions also write each pipelined statement on its own
+(psycopg's pipeline, as before 2026-12-04 evening) rather than each pipeline in one go.
+Both sides must return the same fragments with the same scores and matched terms on
+every query. "branch" is the checkout this file is in (its src/ goes first on the path,
+whatever the virtualenv's editable install points at).
 
     python -m bench.million_paired [--base-ref main] [--rounds 2] [--sets scifact,code]
 
@@ -27,16 +32,19 @@ import sys
 import time
 import types
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
-from pgbraid.db import transaction_settings
-from pgbraid.strategies import bm25, bm25_topk
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's pgbraid
 
-from . import million
-from .common import console, percentiles, table
-from .ingest_paired import export_ref
-from .million_peers import TextSearch
+from pgbraid.db import pipelining, transaction_settings  # noqa: E402
+from pgbraid.strategies import bm25, bm25_topk  # noqa: E402
+
+from . import million  # noqa: E402
+from .common import console, percentiles, table  # noqa: E402
+from .ingest_paired import export_ref  # noqa: E402
+from .million_peers import TextSearch  # noqa: E402
 
 
 def base_ranking(ref: str) -> types.ModuleType:
@@ -46,7 +54,12 @@ def base_ranking(ref: str) -> types.ModuleType:
     package.__path__ = [str(src / "pgbraid" / "strategies")]
     sys.modules[package.__name__] = package
     try:
-        return importlib.import_module(f"{package.__name__}.bm25_topk")
+        topk = importlib.import_module(f"{package.__name__}.bm25_topk")
+        db = src / "pgbraid" / "db"
+        topk.one_write = (db / "pipelining.py").exists()
+        settings = db / "transaction_settings.py"
+        topk.set_locals = not (settings.exists() and "set_config(" in settings.read_text())
+        return topk
     finally:
         shutil.rmtree(src.parent)  # imported: the export is no longer needed
 
@@ -55,18 +68,23 @@ def base_ranking(ref: str) -> types.ModuleType:
 def side(topk: types.ModuleType, set_locals: bool = False):
     """The bm25 strategy ranking through this module for the duration; ``set_locals``:
     sessions set the tenant's settings with a SET LOCAL each, as before 2026-12-02 (and
-    on a Citus coordinator), instead of one set_config statement."""
+    on a Citus coordinator), instead of one set_config statement. A base without
+    db/pipelining.py (``one_write`` False) has psycopg write each pipelined statement."""
     saved = bm25.Ranking, bm25.Term, transaction_settings._set_local_statements
+    batched = pipelining.batched
     if not hasattr(topk.Ranking, "release"):  # a base from before bm25_scratch
         topk.Ranking.release = lambda self: None
     bm25.Ranking, bm25.Term = topk.Ranking, topk.Term
     if set_locals:
         transaction_settings._set_local_statements = (
             lambda conn, settings, role, citus: saved[2](conn, settings, role, True))
+    if not getattr(topk, "one_write", True):
+        pipelining.batched = lambda conn: conn.pipeline()
     try:
         yield
     finally:
         bm25.Ranking, bm25.Term, transaction_settings._set_local_statements = saved
+        pipelining.batched = batched
 
 
 def main() -> None:
@@ -108,7 +126,7 @@ def _paired(client, peer, sides: dict, classes: list[str], title: str, texts: li
             for name in names[turn:] + names[:turn]:
                 started, began = time.perf_counter(), time.thread_time()
                 if name in sides:
-                    with side(sides[name], set_locals=name == "base"):
+                    with side(sides[name], set_locals=getattr(sides[name], "set_locals", False)):
                         answers[name] = ours(text)
                 else:
                     peer.search("1m", text)

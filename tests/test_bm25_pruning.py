@@ -176,6 +176,49 @@ def test_the_dense_scores_are_reused_zeroed_from_one_ranking_to_the_next():
         bm25_scratch._free[:] = kept
 
 
+@pytest.mark.parametrize("shift", [6, 10, 13])
+def test_scores_added_block_by_block_have_the_bits_of_one_bincount(shift, monkeypatch):
+    """bm25_topk._blocked (many postings, into the kept array) sums each fragment's
+    weights in the same order as one np.bincount over every posting: the same bits,
+    with blocks of ordinals no posting falls in left alone (and said so)."""
+    from pgbraid.strategies import bm25_topk
+
+    monkeypatch.setattr(bm25_topk, "BLOCK_SHIFT", shift)
+    size, impacts = 30_000, (0.9, 0.4, 20.0)
+    lists, weights, _ = _synthetic(31 + shift, size, terms=9)
+    Postings = type(lists[0])
+    gap = [(p.ordinals < 1024) | (p.ordinals >= 4096) for p in lists]  # no posting there
+    lists = [Postings(p.ordinals[g], p.tfs[g], p.lengths[g]) for p, g in zip(lists, gap)]
+    lists.append(Postings(np.array([5, 29_999], dtype="<i4"),  # both ends
+                                np.ones(2, dtype="<u2"), np.full(2, 10, dtype="<u2")))
+    weights.append(1.5)
+    flat = np.concatenate([(np.float32(w) * p.impacts(*impacts)).astype(np.float64)
+                           for p, w in zip(lists, weights)])
+    everything = np.concatenate([p.ordinals for p in lists]).astype(np.intp)
+    expected = np.bincount(everything, weights=flat, minlength=size)
+    scores = np.zeros(size)
+    written = bm25_topk._blocked(scores, [p.ordinals for p in lists], flat)
+    assert scores.tobytes() == expected.tobytes()
+    covered = np.zeros(size, dtype=bool)
+    for block in written:
+        covered[block] = True
+    assert covered[everything].all()
+    if shift <= 10:
+        assert not covered[2048:3072].any()  # blocks without a posting are left alone
+
+
+def test_the_dense_scores_are_reused_zeroed_block_by_block(monkeypatch):
+    """As above, with the kept array written in blocks of 2 ** 9 ordinals."""
+    from pgbraid.strategies import bm25_scratch, bm25_topk
+
+    size, impacts = 40_000, (0.9, 0.4, 20.0)
+    queries = [_synthetic(seed, size, terms=terms) for seed, terms in ((41, 3), (42, 30))]
+    monkeypatch.setattr(bm25_topk, "SCRATCH_FROM", 10**9)
+    monkeypatch.setattr(bm25_topk, "BLOCK_SHIFT", 9)
+    monkeypatch.setattr(bm25_scratch, "_free", [])
+    _rank_in_turn(queries, size, impacts, [])
+
+
 def _rank_in_turn(queries, size, impacts, held):
     from pgbraid.strategies import bm25_topk
 

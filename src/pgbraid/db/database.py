@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
+from . import pipelining
 from .migrations import migrate, superuser_steps
 from .transaction_settings import LOGIN_ROLE, set_local
 
@@ -256,7 +257,7 @@ def _explicit(conn: psycopg.Connection, begin: tuple[str | sql.Composable, ...],
     committed on success, unless its last statement ended it already (``run_last``),
     and rolled back on any error."""
     try:
-        with conn.pipeline():
+        with pipelining.batched(conn):
             for statement in begin:
                 conn.execute(statement)
             opened = first()
@@ -271,8 +272,9 @@ def _explicit(conn: psycopg.Connection, begin: tuple[str | sql.Composable, ...],
 def run_last(conn: psycopg.Connection, statement: sql.Composable | str, params: dict[str, Any],
              **cursor_options: Any) -> list[Any]:
     """The rows of a snapshot's last statement, its COMMIT sent in the same round trip
-    (a pipeline): the snapshot ends with it, so nothing may run in it afterwards."""
-    with conn.pipeline():
+    (a pipeline, one write: pipelining.py): the snapshot ends with it, so nothing may run
+    in it afterwards."""
+    with pipelining.batched(conn):
         cur = conn.cursor(**cursor_options)
         cur.execute(statement, params)
         conn.execute("COMMIT")

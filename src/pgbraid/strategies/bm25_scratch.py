@@ -36,11 +36,12 @@ def take(size: int) -> np.ndarray:
     return np.zeros(size, dtype=np.float64)
 
 
-def give_back(array: np.ndarray, touched: tuple[np.ndarray, ...] | None = None) -> None:
-    """Zero ``array`` (at the indices ``touched`` holds when it says where it was written,
-    else all of it) and keep it. ``array`` is what ``take`` returned; nothing may read it
-    afterwards."""
-    if touched is not None and sum(len(t) for t in touched) * 16 < len(array):
+def give_back(array: np.ndarray, touched: tuple[np.ndarray | slice, ...] | None = None) -> None:
+    """Zero ``array`` (at the indices and ranges ``touched`` holds when it says where it
+    was written, else all of it) and keep it. ``array`` is what ``take`` returned;
+    nothing may read it afterwards."""
+    scattered = sum(len(t) for t in touched if not isinstance(t, slice)) if touched else 0
+    if touched is not None and scattered * 16 < len(array):  # a range costs no more than fill
         for at in touched:
             array[at] = 0.0
     else:
@@ -54,3 +55,4 @@ def give_back(array: np.ndarray, touched: tuple[np.ndarray, ...] | None = None) 
         _free.append(base)
         while len(_free) > KEEP or sum(a.nbytes for a in _free) > KEEP_BYTES:
             _free.pop(0)  # the oldest first (the one just given back last)
+

@@ -38,6 +38,10 @@ GATHER = 8
 # when the query has at least size / SCRATCH_FROM postings, else into np.bincount's
 # fresh one (faster for fewer postings: measured at 1M, docs/benchmarks.md).
 SCRATCH_FROM = 4
+# Into the kept array, one block of 2 ** BLOCK_SHIFT ordinals at a time (bincount's sums
+# of a block: 1 MB, in a core's L2 cache) instead of np.add.at over all of it at once
+# (random writes over 8 MB at 1M fragments, in the L3 cache other processes share).
+BLOCK_SHIFT = 17
 
 @dataclass
 class Term:
@@ -90,7 +94,8 @@ class Ranking:
         self._sparse: tuple[np.ndarray, np.ndarray, bool] | None = None
         """Sparse scores: ordinals, their scores, whether the ordinals ascend."""
         self._ordinals: np.ndarray | None = None
-        """Every posting's ordinal, in term order, once every posting is scored."""
+        """Every posting's ordinal, in term order, once every posting is scored by one
+        np.bincount (the blocked path, _blocked, keeps none: Ranking._first)."""
         self._held: np.ndarray | None = None
         """The dense array taken from bm25_scratch (given back by ``release``)."""
         self._touched: tuple[np.ndarray, ...] | None = None
@@ -180,22 +185,23 @@ class Ranking:
         if not self.stats.exhaustive:
             lists = [(t, p) for t in self.terms for p in t.lists if len(p)]
             if lists:
-                # In the dtypes bincount works in: converting while concatenating
-                # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
-                ordinals = np.concatenate([p.ordinals for _, p in lists], dtype=np.intp)
-                weights = self._weighted(lists, len(ordinals))
-                if len(ordinals) * SCRATCH_FROM >= self.size:
-                    # Added in order into an array kept from query to query: the same
+                count = sum(len(p) for _, p in lists)
+                weights = self._weighted(lists, count)
+                if count * SCRATCH_FROM >= self.size:
+                    # Into an array kept from query to query, block by block: the same
                     # sums as np.bincount's (each ordinal's weights in term order from
                     # 0.0), without its fresh dense array (bm25_scratch), whose cost
                     # is paid back from this many postings (docs/benchmarks.md).
                     scores = self._take()
-                    np.add.at(scores, ordinals, weights)
-                    self._touched = (ordinals, self.dead)
+                    written = _blocked(scores, [p.ordinals for _, p in lists], weights)
+                    self._touched = (*written, self.dead)
                 else:
-                    scores = np.bincount(ordinals, weights=weights, minlength=self.size)
+                    # In the dtypes bincount works in: converting while concatenating
+                    # halves its time (measured: 0.45 -> 0.20 ms for 61k postings).
+                    self._ordinals = np.concatenate([p.ordinals for _, p in lists],
+                                                    dtype=np.intp)
+                    scores = np.bincount(self._ordinals, weights=weights, minlength=self.size)
                 self.scores = scores
-                self._ordinals = ordinals
                 if len(self.dead):
                     self.scores[self.dead] = -np.inf
             else:
@@ -214,17 +220,30 @@ class Ranking:
         partitioning: a few hundred ordinals instead of every one with a score.
         """
         scores = self.scores
-        if self._ordinals is not None:
-            everything = self._ordinals
-            pool = _distinct(everything[:sample])  # lists in bound order: rarest first
+        if self.stats.postings:
+            pool = _distinct(self._first(sample))  # lists in bound order: rarest first
             if len(pool) >= width:
                 theta = np.partition(scores[pool], len(pool) - width)[len(pool) - width]
                 if theta > 0:
-                    held = everything[:self._holding(theta)]
+                    held = self._first(self._holding(theta))
                     if len(held) * GATHER < self.size:
                         return _distinct(held[scores[held] >= theta])
                     return np.flatnonzero(scores >= theta)
         return np.flatnonzero(scores > 0)
+
+    def _first(self, count: int) -> np.ndarray:
+        """The ordinals of the first ``count`` postings in term order (of every posting,
+        when ``exhaustive`` concatenated them)."""
+        if self._ordinals is not None:
+            return self._ordinals[:count]
+        parts, held = [], 0
+        for term in self.terms:
+            for postings in term.lists:
+                if held >= count:
+                    break
+                parts.append(postings.ordinals[:count - held])
+                held += len(parts[-1])
+        return np.concatenate(parts, dtype=np.intp) if parts else np.zeros(0, dtype=np.intp)
 
     def _holding(self, theta: float) -> int:
         """How many of the first postings (in term order) hold every fragment that can
@@ -277,6 +296,32 @@ class Ranking:
             at = np.minimum(np.searchsorted(postings.ordinals, wanted), len(postings) - 1)
             held[row] = postings.ordinals[at] == wanted
         return [sorted({lists[row][0] for row in np.flatnonzero(column)}) for column in held.T]
+
+
+def _blocked(scores: np.ndarray, lists: list[np.ndarray], weights: np.ndarray) -> list[slice]:
+    """Add each list's weights (``weights``: every list's one after the other) into the
+    zeroed ``scores`` at its ordinals (each list ascending), one block of ordinals at a
+    time: the block's postings of every list in list order, summed by one np.bincount,
+    so each ordinal's sum is that of one np.bincount over everything (its weights in
+    list order from 0.0), bit for bit. Returns the blocks written."""
+    size, step = len(scores), 1 << BLOCK_SHIFT
+    edges = np.arange(0, size + step, step)
+    cuts = [np.searchsorted(ordinals, edges) for ordinals in lists]
+    begins = np.cumsum([0] + [len(o) for o in lists[:-1]])
+    written = []
+    for block in range(len(edges) - 1):
+        held = [(o, begin + cut[block], begin + cut[block + 1], cut[block], cut[block + 1])
+                for o, begin, cut in zip(lists, begins, cuts) if cut[block + 1] > cut[block]]
+        if not held:
+            continue
+        low, high = int(edges[block]), min(size, int(edges[block + 1]))
+        at = np.concatenate([o[a:b] for o, _, _, a, b in held], dtype=np.intp)
+        at -= low
+        scores[low:high] = np.bincount(
+            at, weights=np.concatenate([weights[a:b] for _, a, b, _, _ in held]),
+            minlength=high - low)
+        written.append(slice(low, high))
+    return written
 
 
 def _distinct(ordinals: np.ndarray) -> np.ndarray:
