@@ -71,10 +71,16 @@ FROM (SELECT f.id, {score} AS score, {whole} AS whole
      JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
+# Text up to this many bytes is in the body trigram index; longer text is found through
+# the btree of long fragments and rescored (migration 053: the same bound, written the
+# same way, so that the planner proves each partial index's predicate from its arm).
+SHORT_BODY_BYTES = 256
 # (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
 _TEXT = ("greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s))",
          "similarity(f.body, %(query)s)",
-         "f.key_id IS NULL AND (f.body %%> %(query)s OR f.title %% %(query)s)")
+         f"f.key_id IS NULL AND ((octet_length(f.body) <= {SHORT_BODY_BYTES}"
+         " AND f.body %%> %(query)s) OR f.title %% %(query)s"
+         f" OR (octet_length(f.body) > {SHORT_BODY_BYTES} AND f.body %%> %(query)s))")
 # An encrypted pipeline's text and title are sealed: its fragments' distinct words
 # (title, heading and text; encryption.distinct_words) stand in for both.
 _SEALED = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
