@@ -24,7 +24,10 @@ whole ``similarity``.
 
 That is the text method. Over long text it is slow: a short query's trigrams occur
 in most long fragments, and each candidate is rescored over its whole text (41 s
-for one query at 100k fragments). The words method (strategies/fuzzy_words.py)
+for one query at 100k fragments). So the body trigram index holds text up to
+SHORT_BODY_BYTES only (migration 053: it was half a batch's write cost); longer text
+is reached through a btree of the long fragments in scope, rescored the same way, and
+that arm is sent only when the scope holds some. The words method (strategies/fuzzy_words.py)
 matches each query word against the pipeline's word dictionary instead and scores
 fragments from per-word similarities. ``params.method`` chooses; ``auto`` takes
 words when the fragments in scope are long on average (BM25's statistics of the
