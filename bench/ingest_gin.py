@@ -9,7 +9,8 @@ the write (the merge counted apart). With ``--indexes``: each index on fragments
 dropped in turn inside the transaction (its marginal cost), then every GIN index. With
 ``--body``: the body trigram index as migration 053 makes it (short text only, and a
 btree of the long fragments) against the one before it (every text), each made inside
-the transaction whatever the server's schema.
+the transaction whatever the server's schema. With ``--toast``: the wide columns
+stored uncompressed against pglz.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ SETTINGS = {
         "SET LOCAL gin_pending_list_limit = '1GB'", "SET LOCAL maintenance_work_mem = '256MB'"],
     "fastupdate off": [f"ALTER INDEX pgbraid.{i} SET (fastupdate = off)" for i in GIN],
     "toast_tuple_target 8160": ["ALTER TABLE pgbraid.fragments SET (toast_tuple_target = 8160)"],
+}
+# The wide columns stored without pglz (lz4 is not in the embedded server's build).
+_WIDE = ("body", "tsv", "bm25_terms", "bm25_tfs", "word_set")
+TOAST = {
+    "none": [],
+    "wide columns uncompressed (STORAGE EXTERNAL)": [
+        "ALTER TABLE pgbraid.fragments " + ", ".join(
+            f"ALTER COLUMN {c} SET STORAGE EXTERNAL" for c in _WIDE)],
 }
 _BODY = ("DROP INDEX IF EXISTS pgbraid.fragments_body_trgm",
          "DROP INDEX IF EXISTS pgbraid.fragments_body_long")
@@ -98,6 +107,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--indexes", action="store_true")
     parser.add_argument("--body", action="store_true", help="053's body trigram index or not")
+    parser.add_argument("--toast", action="store_true", help="the wide columns uncompressed")
     args = parser.parse_args()
     rows, client = records(), connect()
     name = f"bench-gin-{time.time_ns()}"
@@ -108,7 +118,7 @@ def main() -> None:
         pipeline = pipelines.get(conn, name)
     batch = batches._prepare(client._session, pipeline, list(items(rows[2500:4548], FieldMap())),
                              None).items
-    variants = dict(BODY if args.body else SETTINGS)
+    variants = dict(BODY if args.body else TOAST if args.toast else SETTINGS)
     if args.indexes:
         with client._db.admin() as conn:
             found = conn.execute(_INDEXES).fetchall()
