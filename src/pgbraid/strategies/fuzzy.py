@@ -174,7 +174,13 @@ def _shape(conn: psycopg.Connection, asked: str, scope: Scope) -> tuple[str, boo
         params = {**params, **found_params}
     else:
         parts.append(sql.SQL("true"))
-    length, long = conn.execute(sql.SQL("SELECT ({}), ({})").format(*parts), params).fetchone()
+    # The question about long text only where the text method will run (an InitPlan is
+    # run when first needed: auto's words path never reads the scope's long fragments).
+    length, long = conn.execute(sql.SQL(
+        "SELECT l.length, CASE WHEN %(text_asked)s OR l.length IS NULL"
+        " OR l.length < %(words_from)s THEN ({}) ELSE false END FROM ({}) AS l(length)"
+    ).format(parts[1], parts[0]), {**params, "text_asked": asked == "text",
+                                   "words_from": WORDS_FROM_LENGTH}).fetchone()
     if asked != "auto":
         return asked, long
     return ("words" if length is not None and length >= WORDS_FROM_LENGTH else "text"), long
