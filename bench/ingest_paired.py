@@ -9,7 +9,8 @@ the bench server dropped afterwards. Each ingest runs in a process of its own wh
 into a temporary folder), so the two never share a module. Both write to one server
 (whose schema the newer migrations made) unless ``--base-dir`` gives the baseline a
 server of its own, its schema made by the baseline's migrations: the way to compare a
-migration (both servers run, each idle in the other's turns). Per run: wall time,
+migration (both servers run, each idle in the other's turns). What a server already
+holds moves the figures as much as a change does: compare on two fresh folders. Per run: wall time,
 the ingesting process's CPU, the bench server's CPU (during the ingest, and
 including the 3 s after it, when autovacuum cleans up) and the load average.
 
