@@ -123,19 +123,27 @@ def _searcher(client, pipeline: str, kind_of_search: str, params: dict):
     return search
 
 
+KINDS = ["delete", "insert", "substitute", "transpose", "two edits", "missing word",
+         "a typo in two words"]
+
+
+def queries(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """(kind of edit, the name misspelled, the name): SAMPLES of them, always the same."""
+    rng = random.Random(20261130)
+    candidates = [r for r in rows if len(r["name"]) >= 8]
+    out = []
+    for n in range(SAMPLES):
+        kind = KINDS[n % len(KINDS)]
+        row = rng.choice([r for r in candidates if _eligible(r, kind)])
+        out.append((kind, misspell(row["name"], rng, kind), row["name"]))
+    return out
+
+
 def names(client=None) -> None:
     """The names table; on ``client``'s server (default: the bench server)."""
     with (DATA / "company_names" / "companies.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    kinds = ["delete", "insert", "substitute", "transpose", "two edits", "missing word",
-             "a typo in two words"]
-    rng = random.Random(20261130)
-    candidates = [r for r in rows if len(r["name"]) >= 8]
-    queries = []
-    for n in range(SAMPLES):
-        kind = kinds[n % len(kinds)]
-        row = rng.choice([r for r in candidates if _eligible(r, kind)])
-        queries.append((kind, misspell(row["name"], rng, kind), row["name"]))
+    kinds, asked = KINDS, queries(rows)
     with (connect() if client is None else nullcontext(client)) as client:
         _ensure(client, PIPELINE, rows, "none")
         _ensure(client, EMBEDDED, rows, None)
@@ -146,7 +154,7 @@ def names(client=None) -> None:
         right = {label: {k: [] for k in kinds} for label in labels}
         api = {label: [] for label in labels}
         trace = {label: [] for label in labels}
-        for i, (kind, typed, name) in enumerate(queries):
+        for i, (kind, typed, name) in enumerate(asked):
             for label in labels[i % len(labels):] + labels[:i % len(labels)]:
                 holder = {}
                 api[label].append(timed(lambda: holder.setdefault("r", systems[label](typed))))

@@ -6,7 +6,11 @@ Each round ingests the same SciFact documents (``embedder none``) once with each
 checkout, the order alternating round by round, every time into a fresh pipeline of
 the bench server dropped afterwards. Each ingest runs in a process of its own whose
 ``pgbraid`` is that checkout's ``src`` (``--base-ref`` exports a git ref's ``src``
-into a temporary folder), so the two never share a module. Per run: wall time,
+into a temporary folder), so the two never share a module. Both write to one server
+(whose schema the newer migrations made) unless ``--base-dir`` gives the baseline a
+server of its own, its schema made by the baseline's migrations: the way to compare a
+migration (both servers run, each idle in the other's turns). What a server already
+holds moves the figures as much as a change does: compare on two fresh folders. Per run: wall time,
 the ingesting process's CPU, the bench server's CPU (during the ingest, and
 including the 3 s after it, when autovacuum cleans up) and the load average.
 
@@ -165,9 +169,9 @@ def export_ref(ref: str) -> Path:
     return out / "src"
 
 
-def run_one(src: Path, docs: int) -> dict:
+def run_one(src: Path, docs: int, bench_dir: Path = BENCH_DIR) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT}",
-               PGBRAID_BENCH_DIR=str(BENCH_DIR))
+               PGBRAID_BENCH_DIR=str(bench_dir))
     done = subprocess.run([sys.executable, "-m", "bench.ingest_paired", "--worker",
                            "--docs", str(docs)], env=env, check=True, capture_output=True,
                           text=True, cwd=ROOT)
@@ -180,20 +184,24 @@ def main() -> None:
     parser.add_argument("--base-ref", default="main", help="or a git ref to export (main)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--docs", type=int, default=5183)
+    parser.add_argument("--base-dir", type=Path, help="the baseline's own bench server"
+                        " (its schema migrated by the baseline: to compare migrations)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.docs)
         return
     sides = {"base": args.base_src or export_ref(args.base_ref), "new": ROOT / "src"}
-    run_one(sides["new"], 10)  # the server started, migrations applied
+    dirs = {"base": args.base_dir or BENCH_DIR, "new": BENCH_DIR}
+    for side in sides:  # the servers started, migrations applied
+        run_one(sides[side], 10, dirs[side])
     console.print(f"[bold]ingest paired[/bold]: SciFact, first {args.docs} documents,"
                   f" {args.rounds} rounds; base {sides['base']}; load average"
                   f" {os.getloadavg()[0]:.1f}")
     runs: dict[str, list[dict]] = {"base": [], "new": []}
     for i in range(args.rounds):
         for side in (("base", "new") if i % 2 == 0 else ("new", "base")):
-            result = run_one(sides[side], args.docs)
+            result = run_one(sides[side], args.docs, dirs[side])
             assert not result["failed"], f"{side}: documents failed"
             runs[side].append(result)
             console.print(f"round {i + 1} {side}: {result['wall']:.1f} s wall,"

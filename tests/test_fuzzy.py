@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 
 import pytest
+from psycopg import sql
 
 import pgbraid
-from pgbraid import InvalidRequest
+from pgbraid import InvalidRequest, pipelines
+from pgbraid.strategies import fuzzy, fuzzy_words
 
 from .conftest import shared
 
@@ -81,3 +83,56 @@ def test_fuzzy_is_not_fulltext(client, companies):
     """A misspelling defeats stemming but not trigrams (seed 000)."""
     assert client.search(companies, "Berkshire Hathway", type="fulltext").hits == ()
     assert client.search(companies, "Berkshire Hathway", type="fuzzy").hits
+
+
+_FILLER = ("The quarterly notes list suppliers, warehouses and freight routes in no "
+           "particular order, with the usual remarks about schedules and delays. ")
+
+
+def _reference(conn, pipeline_id: int, query: str, threshold: float) -> list[tuple[str, float]]:
+    """The text method's definition, no index in mind: text ``%>`` or title ``%``."""
+    fuzzy_words.set_thresholds(conn, threshold)
+    return sorted(conn.execute(
+        "SELECT f.id, round(greatest(word_similarity(%(q)s, f.body),"
+        " similarity(f.title, %(q)s))::numeric, 6)::float8 FROM pgbraid.fragments f"
+        " WHERE f.pipeline_id = %(p)s AND f.current AND NOT f.quarantined"
+        " AND (f.body %%> %(q)s OR f.title %% %(q)s)",
+        {"q": query, "p": pipeline_id}).fetchall())
+
+
+def test_the_text_method_finds_long_fragments_as_short_ones(client, pipeline):
+    """Long text is not in the body trigram index (migration 053); the text method
+    still finds it, with the same hits and scores as its definition over every text."""
+    long = _FILLER * 3 + "Our largest account remains Berkshire Hathaway Inc. " + _FILLER
+    assert len(long.encode()) > fuzzy.SHORT_BODY_BYTES
+    client.ingest(pipeline, [
+        {"id": "long", "title": "Supplier notes", "text": long},
+        {"id": "short", "title": "Berkshire Hathaway Inc.", "text": "Berkshire Hathaway Inc."},
+        {"id": "other", "title": "Notes", "text": _FILLER * 4},
+        {"id": "title", "title": "Berkshire Hathway", "text": _FILLER * 2}])
+    for threshold in (0.5, 0.3):
+        hits = client.search(pipeline, "Berkshire Hathway", type="fuzzy",
+                             params={"k": 10, "method": "text", "threshold": threshold}).hits
+        with client.session() as conn:
+            pipeline_id = pipelines.get(conn, pipeline).id
+            expected = _reference(conn, pipeline_id, "Berkshire Hathway", threshold)
+        assert sorted((h.fragment_id, round(h.score, 6)) for h in hits) == expected
+        assert {"long", "short", "title"} <= {h.document_id for h in hits}
+
+
+def test_the_text_method_plans_on_its_indexes(client, companies, monkeypatch):
+    """On names, the statement the text method sends reads the body and title trigram
+    indexes, never the whole table, and has no arm for long text (there is none: with
+    it, the planner had no length statistics and planned a parallel scan)."""
+    sent = []
+    statement = fuzzy.statement
+    monkeypatch.setattr(fuzzy, "statement",
+                        lambda *a, **kw: sent.append(statement(*a, **kw)) or sent[-1])
+    assert client.search(companies, "Aple Inc", type="fuzzy",
+                         params={"method": "text"}).hits
+    with client.session() as conn:
+        fuzzy_words.set_thresholds(conn, 0.5)
+        plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + sent[0][0],
+                                                    sent[0][1]))
+    assert "fragments_body_trgm" in plan and "fragments_title_trgm" in plan, plan
+    assert "Seq Scan on fragments" not in plan and "fragments_body_long" not in plan, plan

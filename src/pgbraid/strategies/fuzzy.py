@@ -24,7 +24,10 @@ whole ``similarity``.
 
 That is the text method. Over long text it is slow: a short query's trigrams occur
 in most long fragments, and each candidate is rescored over its whole text (41 s
-for one query at 100k fragments). The words method (strategies/fuzzy_words.py)
+for one query at 100k fragments). So the body trigram index holds text up to
+SHORT_BODY_BYTES only (migration 053: it was half a batch's write cost); longer text
+is reached through a btree of the long fragments in scope, rescored the same way, and
+that arm is sent only when the scope holds some. The words method (strategies/fuzzy_words.py)
 matches each query word against the pipeline's word dictionary instead and scores
 fragments from per-word similarities. ``params.method`` chooses; ``auto`` takes
 words when the fragments in scope are long on average (BM25's statistics of the
@@ -71,10 +74,22 @@ FROM (SELECT f.id, {score} AS score, {whole} AS whole
      JOIN pgbraid.documents d ON d.pipeline_id = f.pipeline_id AND d.id = f.document_id
 ORDER BY c.score DESC, c.whole DESC, f.id
 """
+# Text up to this many bytes is in the body trigram index; longer text is found through
+# the btree of long fragments and rescored (migration 053: the same bound, written the
+# same way, so that the planner proves each partial index's predicate from its arm).
+SHORT_BODY_BYTES = 256
+_SHORT = f"octet_length(f.body) <= {SHORT_BODY_BYTES}"
+_LONG_BODY = f"octet_length(f.body) > {SHORT_BODY_BYTES}"
 # (score, whole, match) over the text and title; key_id IS NULL is the indexes' predicate.
 _TEXT = ("greatest(word_similarity(%(query)s, f.body), similarity(f.title, %(query)s))",
          "similarity(f.body, %(query)s)",
-         "f.key_id IS NULL AND (f.body %%> %(query)s OR f.title %% %(query)s)")
+         f"f.key_id IS NULL AND (({_SHORT} AND f.body %%> %(query)s) OR f.title %% %(query)s"
+         "{long})")
+# The arm for long text, sent only when the scope holds some: the planner has no
+# statistics of text lengths per pipeline, so on names it would cost the arm as a third
+# of the pipeline's fragments, each rescored, and plan a parallel scan (24.9 against
+# 0.7 ms for one name, docs/benchmarks.md, Ingestion, 2026-12-04 evening).
+_LONG_ARM = f" OR ({_LONG_BODY} AND f.body %%> %(query)s)"
 # An encrypted pipeline's text and title are sealed: its fragments' distinct words
 # (title, heading and text; encryption.distinct_words) stand in for both.
 _SEALED = ("word_similarity(%(query)s, f.words)", "similarity(f.words, %(query)s)",
@@ -86,6 +101,11 @@ SELECT sum(st.total_length)::float8 / nullif(sum(st.fragments), 0)
 FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats st
   ON st.pipeline_id = p.pipeline_id AND st.partition_id = p.id
 WHERE {partitions}
+"""
+# Whether the scope holds long text (fragments_body_long finds the first).
+_HAS_LONG = f"""
+SELECT EXISTS (SELECT 1 FROM pgbraid.fragments f
+               WHERE {{scope}} AND f.key_id IS NULL AND {_LONG_BODY})
 """
 
 
@@ -115,7 +135,7 @@ class Fuzzy(Strategy):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         threshold = self.param(request, "threshold")
-        method = _method(conn, self.param(request, "method"), scope)
+        method, long = _shape(conn, self.param(request, "method"), scope)
         def search(t: float) -> list[Row]:
             if method == "words":  # the thresholds set in its first round trip
                 return fuzzy_words.search(conn, request.query, scope, k, t)
@@ -123,7 +143,7 @@ class Fuzzy(Strategy):
                 with conn.pipeline():  # the thresholds and the search, one round trip
                     fuzzy_words.set_thresholds(conn, t)
                     cur.execute(*statement(request.query, scope, k, t,
-                                           encryption.encrypted(pipeline)))
+                                           encryption.encrypted(pipeline), long=long))
                 return cur.fetchall()
         rows = search(threshold)
         details: dict[str, Any] = {"threshold": threshold, "method": method}
@@ -140,21 +160,40 @@ class Fuzzy(Strategy):
         return Outcome(rows, details)
 
 
-def _method(conn: psycopg.Connection, asked: str, scope: Scope) -> str:
-    if asked != "auto":
-        return asked
+def _shape(conn: psycopg.Connection, asked: str, scope: Scope) -> tuple[str, bool]:
+    """(method, whether the text method must look at long text), in one round trip: auto
+    reads the average length of the fragments in scope, text whether any is long (as of
+    a time, the long fragments' index does not apply: always)."""
+    if asked == "words":
+        return asked, False
     where, params = scope.partitions("p")
-    length = conn.execute(sql.SQL(_LENGTH).format(partitions=where), params).fetchone()[0]
-    return "words" if length is not None and length >= WORDS_FROM_LENGTH else "text"
+    parts = [sql.SQL(_LENGTH).format(partitions=where)]
+    if scope.as_of is None:
+        found, found_params = scope.where("f")
+        parts.append(sql.SQL(_HAS_LONG).format(scope=found))
+        params = {**params, **found_params}
+    else:
+        parts.append(sql.SQL("true"))
+    # The question about long text only where the text method will run (an InitPlan is
+    # run when first needed: auto's words path never reads the scope's long fragments).
+    length, long = conn.execute(sql.SQL(
+        "SELECT l.length, CASE WHEN %(text_asked)s OR l.length IS NULL"
+        " OR l.length < %(words_from)s THEN ({}) ELSE false END FROM ({}) AS l(length)"
+    ).format(parts[1], parts[0]), {**params, "text_asked": asked == "text",
+                                   "words_from": WORDS_FROM_LENGTH}).fetchone()
+    if asked != "auto":
+        return asked, long
+    return ("words" if length is not None and length >= WORDS_FROM_LENGTH else "text"), long
 
 
-def statement(query: str, scope: Scope, k: int, threshold: float,
-              sealed: bool) -> tuple[sql.Composable, dict[str, Any]]:
+def statement(query: str, scope: Scope, k: int, threshold: float, sealed: bool, *,
+              long: bool = True) -> tuple[sql.Composable, dict[str, Any]]:
     """(statement, parameters) of one search by the text method: the k best fragments
     reaching ``threshold`` (pg_trgm's thresholds set to it), on a ``sealed`` (encrypted)
-    pipeline or not."""
+    pipeline or not; ``long``: the scope may hold text longer than SHORT_BODY_BYTES."""
     where, params = scope.where("f")
     score, whole, match = _SEALED if sealed else _TEXT
+    match = match.replace("{long}", _LONG_ARM if long else "")
     return (sql.SQL(_SEARCH).format(columns=sql.SQL(HIT_COLUMNS), scope=where,
                                     score=sql.SQL(score), whole=sql.SQL(whole),
                                     match=sql.SQL(match)),
