@@ -4,10 +4,15 @@
 -- pipeline reads its index entries, not the versions' and fragments' heap
 -- (bodies, tsvectors: 994 of SciFact's 1,052 buffers). fragments_pipeline is
 -- widened, not doubled: ingestion maintains the same number of indexes there.
-DROP INDEX pgbraid.fragments_pipeline;
-CREATE INDEX fragments_pipeline ON pgbraid.fragments (pipeline_id, document_id)
-    INCLUDE (tenant_id, classifications) WHERE current AND NOT quarantined;
-CREATE INDEX versions_counted ON pgbraid.versions (pipeline_id, document_id, version)
-    INCLUDE (tenant_id, classifications);
-CREATE INDEX documents_counted ON pgbraid.documents (pipeline_id, id)
-    INCLUDE (tenant_id, current_version) WHERE NOT quarantined;
+-- One DO block: a Citus coordinator runs a migration as one command.
+DO $$
+BEGIN
+    EXECUTE 'DROP INDEX pgbraid.fragments_pipeline';
+    EXECUTE 'CREATE INDEX fragments_pipeline ON pgbraid.fragments (pipeline_id, document_id)'
+            ' INCLUDE (tenant_id, classifications) WHERE current AND NOT quarantined';
+    EXECUTE 'CREATE INDEX versions_counted ON pgbraid.versions (pipeline_id, document_id, version)'
+            ' INCLUDE (tenant_id, classifications)';
+    EXECUTE 'CREATE INDEX documents_counted ON pgbraid.documents (pipeline_id, id)'
+            ' INCLUDE (tenant_id, current_version) WHERE NOT quarantined';
+END
+$$;
