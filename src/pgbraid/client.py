@@ -68,6 +68,16 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
         self._db.ready()
         return {"status": "ready"}
 
+    def warm_up(self) -> None:
+        """Pay now what a process's first search would: open the pool (migrating, Citus
+        check, pgvector adapters), build the engine, load the language model (the
+        query's language is detected). ``pgbraid serve`` calls it before it listens."""
+        from .ingest.language import load_model
+
+        self._db.open()
+        self.engine  # noqa: B018  (built once, under its lock)
+        load_model()
+
     def migrate(self) -> dict[str, list[str]]:
         """Apply pending migrations (done on first use anyway); what was applied now, and
         the statements only a superuser can run here (none on the embedded server)."""

@@ -197,8 +197,9 @@ class Engine:
         """The pipelines this principal may read, with counts of what it may see."""
         with self.db.snapshot(principal.tenant) as snapshot:
             visible = _visible(snapshot.conn, principal)
-            return [pipelines.info(snapshot.conn, p, visible)
-                    for p in pipelines.list_all(snapshot.conn) if principal.allows(p.name, "read")]
+            return pipelines.infos(snapshot.conn, [
+                p for p in pipelines.list_all(snapshot.conn) if principal.allows(p.name, "read")],
+                visible)
 
     def pipeline(self, principal: Principal, name: str) -> PipelineInfo:
         principal.require(name, "read")

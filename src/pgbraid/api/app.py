@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from ..client import Client, connect, load_settings
 from ..config import Settings
+from ..errors import PgbraidError
 from . import audit, documents, entities, graph, health, keys, pipelines, search, ui
 from .auth import Api
 from .errors import CatchAll, install
@@ -61,6 +62,15 @@ async def _write_counts(client: Client) -> None:
             logger.exception("could not write audit counts")
 
 
+def _warm_up(client: Client) -> None:
+    """What the first search would pay, paid before uvicorn listens. PostgreSQL down
+    is no reason not to start: /readyz says 503 and the first request tries again."""
+    try:
+        client.warm_up()
+    except PgbraidError as exc:
+        logger.warning("start-up warm-up incomplete: %s", exc)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
 
@@ -69,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await run_in_threadpool(connect, **_overrides(settings))
+        await run_in_threadpool(_warm_up, client)
         app.state.api = Api(client, no_auth=settings.no_auth)
         if mcp is not None:
             await mcp.start()

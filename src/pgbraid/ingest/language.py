@@ -57,6 +57,11 @@ def _identifier():
     return _loaded[0]
 
 
+def load_model() -> None:
+    """Load the model now (a server's start-up), not in its first request."""
+    _identifier()
+
+
 def cache_dir() -> Path:
     """Where pgbraid keeps what it derives once per machine: PGBRAID_CACHE_DIR, else
     $XDG_CACHE_HOME/pgbraid, else ~/.cache/pgbraid."""
