@@ -9,6 +9,7 @@ from psycopg import sql
 
 import pgbraid
 from pgbraid import InvalidRequest, pipelines
+from pgbraid.scope import Scope
 from pgbraid.strategies import fuzzy, fuzzy_words
 
 from .conftest import shared
@@ -136,3 +137,24 @@ def test_the_text_method_plans_on_its_indexes(client, companies, monkeypatch):
                                                     sent[0][1]))
     assert "fragments_body_trgm" in plan and "fragments_title_trgm" in plan, plan
     assert "Seq Scan on fragments" not in plan and "fragments_body_long" not in plan, plan
+
+
+def test_asking_for_long_text_reads_the_long_fragments_index(client, companies, pipeline):
+    """Whether the scope holds long text (the text method's first round trip) is read
+    from fragments_body_long, never by scanning fragments: asked as a plain EXISTS on a
+    pipeline of names beside long text, the planner guessed a third of the names long and
+    seq-scanned the table to find none (15-30 ms a query on the bench server). Which
+    plan wins depends on the table's size and its statistics; a dear random read (as on
+    the bench server, where a few pipelines fill the table) makes that EXISTS a seq scan
+    here too, and must leave this question on the index."""
+    client.ingest(pipeline, [{"id": f"long-{i}", "text": _FILLER * 4} for i in range(40)])
+    with client._db.admin() as conn:
+        conn.execute("ANALYZE pgbraid.fragments")
+    with client.session() as conn:
+        conn.execute("SELECT set_config('random_page_cost', '40', true)")
+        for name, holds_long in ((companies, False), (pipeline, True)):
+            scope = Scope(pipelines.get(conn, name).id, ("public",))
+            statement, params = fuzzy.shape_statement("text", scope)
+            plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + statement, params))
+            assert "fragments_body_long" in plan and "Seq Scan on fragments" not in plan, plan
+            assert conn.execute(statement, params).fetchone()[1] is holds_long

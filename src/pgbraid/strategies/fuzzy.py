@@ -102,10 +102,13 @@ FROM pgbraid.bm25_partitions p JOIN pgbraid.bm25_partition_stats st
   ON st.pipeline_id = p.pipeline_id AND st.partition_id = p.id
 WHERE {partitions}
 """
-# Whether the scope holds long text (fragments_body_long finds the first).
+# Whether the scope holds long text: fragments_body_long read longest first, the only
+# order that index gives; a plain EXISTS was planned as a seq scan of fragments on a
+# pipeline of names (the planner guesses a third of any pipeline long): 15-30 ms a query.
 _HAS_LONG = f"""
-SELECT EXISTS (SELECT 1 FROM pgbraid.fragments f
-               WHERE {{scope}} AND f.key_id IS NULL AND {_LONG_BODY})
+SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM pgbraid.fragments f
+               WHERE {{scope}} AND f.key_id IS NULL AND {_LONG_BODY}
+               ORDER BY octet_length(f.body) DESC LIMIT 1) AS longest)
 """
 
 
@@ -166,24 +169,28 @@ def _shape(conn: psycopg.Connection, asked: str, scope: Scope) -> tuple[str, boo
     a time, the long fragments' index does not apply: always)."""
     if asked == "words":
         return asked, False
-    where, params = scope.partitions("p")
-    parts = [sql.SQL(_LENGTH).format(partitions=where)]
-    if scope.as_of is None:
-        found, found_params = scope.where("f")
-        parts.append(sql.SQL(_HAS_LONG).format(scope=found))
-        params = {**params, **found_params}
-    else:
-        parts.append(sql.SQL("true"))
-    # The question about long text only where the text method will run (an InitPlan is
-    # run when first needed: auto's words path never reads the scope's long fragments).
-    length, long = conn.execute(sql.SQL(
-        "SELECT l.length, CASE WHEN %(text_asked)s OR l.length IS NULL"
-        " OR l.length < %(words_from)s THEN ({}) ELSE false END FROM ({}) AS l(length)"
-    ).format(parts[1], parts[0]), {**params, "text_asked": asked == "text",
-                                   "words_from": WORDS_FROM_LENGTH}).fetchone()
+    length, long = conn.execute(*shape_statement(asked, scope)).fetchone()
     if asked != "auto":
         return asked, long
     return ("words" if length is not None and length >= WORDS_FROM_LENGTH else "text"), long
+
+
+def shape_statement(asked: str, scope: Scope) -> tuple[sql.Composable, dict[str, Any]]:
+    """_shape's statement: the average length in scope, and whether the scope holds long
+    text, asked only where the text method will run (an InitPlan runs when first needed:
+    auto's words path never reads the scope's long fragments)."""
+    where, params = scope.partitions("p")
+    if scope.as_of is None:
+        found, found_params = scope.where("f")
+        long = sql.SQL(_HAS_LONG).format(scope=found)
+        params = {**params, **found_params}
+    else:
+        long = sql.SQL("true")
+    return sql.SQL(
+        "SELECT l.length, CASE WHEN %(text_asked)s OR l.length IS NULL"
+        " OR l.length < %(words_from)s THEN ({}) ELSE false END FROM ({}) AS l(length)"
+    ).format(long, sql.SQL(_LENGTH).format(partitions=where)), {
+        **params, "text_asked": asked == "text", "words_from": WORDS_FROM_LENGTH}
 
 
 def statement(query: str, scope: Scope, k: int, threshold: float, sealed: bool, *,
