@@ -71,12 +71,14 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
     def warm_up(self) -> None:
         """Pay now what a process's first search would: open the pool (migrating, Citus
         check, pgvector adapters), build the engine, load the language model (the
-        query's language is detected). ``pgbraid serve`` calls it before it listens."""
+        query's language is detected). ``pgbraid serve`` calls it before it listens. The
+        model first: it needs no server, so a server down at start-up leaves only the pool
+        for the first request."""
         from .ingest.language import load_model
 
+        load_model()
         self._db.open()
         self.engine  # noqa: B018  (built once, under its lock)
-        load_model()
 
     def migrate(self) -> dict[str, list[str]]:
         """Apply pending migrations (done on first use anyway); what was applied now, and

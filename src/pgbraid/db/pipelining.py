@@ -17,6 +17,13 @@ This reaches into psycopg's ``Pipeline`` (its ``command_queue`` and
 ``_communicate_gen``), which is why psycopg is pinned in pyproject.toml;
 tests/test_pipelining.py checks the behaviour against the pinned version. A
 pipeline already open on the connection (a nested one) is psycopg's own.
+
+Inside the block, no sync of its own: no nested ``conn.pipeline()``, ``commit()`` or
+``transaction()``. psycopg's sync waits for results without writing what libpq still
+holds, and libpq holds what it could not write once more than its 64 kB buffer is
+queued: a review (2026-12-04) saw such a nested sync hang after a 300 kB parameter
+(psycopg's own pipeline hangs the same way from ~3 MB). A search's two round trips
+queue a few kilobytes and sync only on leaving, where psycopg writes everything out.
 """
 
 from __future__ import annotations
