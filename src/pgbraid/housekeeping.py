@@ -30,7 +30,8 @@ from .errors import PgbraidError, describe
 
 logger = logging.getLogger("pgbraid")
 
-Warning = dict[str, str]
+StepWarning = dict[str, str]
+"""``{"step", "message"}``: one step that did not finish (not the builtin ``Warning``)."""
 
 WHAT = {"vector_indexes": "HNSW indexes", "graph_mirror": "Apache AGE graph mirror"}
 
@@ -44,7 +45,7 @@ class Leftover:
 
 
 def attempt(db: Database, lock_timeout_ms: int, step: str, what: str,
-            work: Callable[[psycopg.Connection], None]) -> list[Warning]:
+            work: Callable[[psycopg.Connection], None]) -> list[StepWarning]:
     """Run ``work`` on a login-role connection in one transaction under ``lock_timeout``;
     nothing when it succeeds, else one warning (``what``, then why), logged too."""
     try:
@@ -68,10 +69,10 @@ def _why(exc: BaseException, lock_timeout_ms: int) -> str:
 
 
 def drop_deleted(db: Database, tenant: str, name: str, left: list[Leftover],
-                 lock_timeout_ms: int) -> list[Warning]:
+                 lock_timeout_ms: int) -> list[StepWarning]:
     """Drop the objects of pipeline ``name``, deleted and committed, and those earlier
     deletes of the tenant left; warnings for this pipeline's that stay."""
-    warnings: list[Warning] = []
+    warnings: list[StepWarning] = []
     for item in left:
         failed = attempt(db, lock_timeout_ms, f"drop_{item.kind}",
                          f"pipeline {name!r} is deleted, but its {WHAT[item.kind]} could not be "
@@ -111,15 +112,11 @@ def _remember(db: Database, tenant: str, item: Leftover) -> None:
 def _retry(db: Database, tenant: str, lock_timeout_ms: int, skip: set[Leftover]) -> None:
     """Drop what earlier deletes of the tenant left (quietly: logged on failure)."""
     try:
-        with db.admin() as conn, conn.transaction():
-            _as_tenant(conn, tenant)
-            rows = conn.execute("SELECT deleted, kind, graph FROM pgbraid.leftovers"
-                                " WHERE tenant_id = %s ORDER BY left_at", (tenant,)).fetchall()
+        left = leftovers(db, tenant)
     except (PgbraidError, psycopg.Error):
         logger.exception("could not read the leftovers of deleted pipelines")
         return
-    for row in rows:
-        item = Leftover(*row)
+    for item in left:
         if item in skip or attempt(db, lock_timeout_ms, f"drop_{item.kind}",
                                    f"the {WHAT[item.kind]} of a deleted pipeline ({item.deleted})"
                                    " could still not be dropped", lambda c, i=item: _drop(c, i)):
@@ -139,7 +136,7 @@ def _as_tenant(conn: psycopg.Connection, tenant: str) -> None:
 
 
 def leftovers(db: Database, tenant: str) -> list[Leftover]:
-    """What the tenant's deletes left undropped (tests, diagnostics)."""
+    """What the tenant's deletes left undropped, the oldest first."""
     with db.admin() as conn, conn.transaction():
         _as_tenant(conn, tenant)
         rows = conn.execute("SELECT deleted, kind, graph FROM pgbraid.leftovers"

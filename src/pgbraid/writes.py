@@ -131,7 +131,7 @@ class Writes:
             report.warnings += self._after_writing(report.fragments)
         return report
 
-    def _after_writing(self, fragments: int) -> list[housekeeping.Warning]:
+    def _after_writing(self, fragments: int) -> list[housekeeping.StepWarning]:
         """Merge GIN pending lists (fulltext's, or after a bulk load all of them and fresh
         planner statistics too), so searches right after it plan well. After the commit:
         a failure (a lock another session holds) is a warning, not the call's error."""

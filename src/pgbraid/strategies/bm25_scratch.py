@@ -55,4 +55,3 @@ def give_back(array: np.ndarray, touched: tuple[np.ndarray | slice, ...] | None 
         _free.append(base)
         while len(_free) > KEEP or sum(a.nbytes for a in _free) > KEEP_BYTES:
             _free.pop(0)  # the oldest first (the one just given back last)
-
