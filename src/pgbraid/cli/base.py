@@ -50,7 +50,7 @@ def handled(as_json: bool) -> Iterator[None]:
     except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except Exception as exc:
-        error = describe(exc)
+        error = describe(exc, "cli")
         if as_json:
             emit(error.body())
         else:
