@@ -19,6 +19,110 @@ from .test_cli import cli_pipeline, run  # noqa: F401  (fixture)
 BM25 = ["--type", "bm25", "--json"]
 
 
+# -- params.k: the same check as HTTP's --------------------------------------------------
+
+def test_params_k_sets_the_number_of_hits(env, cli_pipeline):
+    """--params '{"k": 1}' gave 5 hits: the --k default overwrote it."""
+    result = run(env, "search", cli_pipeline, "maintenance", *BM25, "--params", '{"k": 1}')
+    assert result.exit_code == 0, result.stdout
+    assert len(json.loads(result.stdout)["hits"]) == 1
+    both = run(env, "search", cli_pipeline, "maintenance", *BM25, "--k", "1",
+               "--params", '{"k": 1}')
+    assert both.exit_code == 0 and len(json.loads(both.stdout)["hits"]) == 1
+    default = run(env, "search", cli_pipeline, "maintenance", *BM25)
+    assert len(json.loads(default.stdout)["hits"]) == 2
+
+
+@pytest.mark.parametrize("k", ['"1"', "true", "1.5", "null"])
+def test_a_params_k_that_is_not_an_integer_is_refused_as_python_and_http_refuse_it(
+        env, client, cli_pipeline, k):
+    """{"k": "1"} and {"k": true} were accepted silently (the --k default replaced them)."""
+    params = '{"k": %s}' % k
+    result = run(env, "search", cli_pipeline, "maintenance", *BM25, "--params", params)
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    with pytest.raises(InvalidRequest) as raised:  # the engine's check, which HTTP answers
+        client.search(cli_pipeline, "maintenance", type="bm25", params=json.loads(params))
+    assert error == describe(raised.value).body()["error"]
+    assert error["message"].startswith("params.k must be an integer from 0 to")
+
+
+def test_k_given_twice_with_two_values_is_refused_by_name(env, cli_pipeline):
+    result = run(env, "search", cli_pipeline, "maintenance", *BM25, "--k", "2",
+                 "--params", '{"k": 1}')
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["details"]["field"] == "k"
+    assert "--k 2" in error["message"] and "params.k 1" in error["message"]
+
+
+# -- --queries: every bad line its own error; the batch goes on --------------------------
+
+def test_every_bad_queries_line_is_its_own_error_and_the_batch_goes_on(env, cli_pipeline, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "q1", "query": "pump"}\n'
+                       'not json\n'
+                       '{"id": "q3"}\n'
+                       '[1, 2]\n'
+                       '{"query": "valve"}\n'
+                       '\n'
+                       '{"id": "q7", "query": "boiler", "extra": 1}\n'
+                       '{"id": "q8", "query": "boiler water"}\n')
+    result = run(env, "search", cli_pipeline, "--queries", str(queries), "--k", "1")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(line["id"], "error" in line) for line in lines] == [
+        ("q1", False), (None, True), ("q3", True), (None, True), (None, True), ("q7", True),
+        ("q8", False)]
+    errors_ = [line for line in lines if "error" in line]
+    assert [line["line"] for line in errors_] == [2, 3, 4, 5, 7]
+    assert all(line["error"]["code"] == "invalid_request" for line in errors_)
+    assert "not a JSON line" in errors_[0]["error"]["message"]
+    assert "needs an id and a query" in errors_[1]["error"]["message"]
+    assert errors_[4]["error"]["details"]["field"] == "extra"
+    assert lines[-1]["hits"][0]["document_id"] == "d3"
+    assert result.exit_code == 2, "a batch with a failed line must not exit 0"
+
+
+def test_a_clean_batch_exits_0(env, cli_pipeline, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "q1", "query": "pump"}\n{"_id": "q2", "text": "valve"}\n')
+    result = run(env, "search", cli_pipeline, "--queries", str(queries))
+    assert result.exit_code == 0, result.stdout
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["q1", "q2"]
+
+
+def test_a_query_and_a_queries_file_together_are_refused_by_name(env, cli_pipeline, tmp_path):
+    """The QUERY was silently ignored."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "q1", "query": "pump"}\n')
+    result = run(env, "search", cli_pipeline, "valve", "--queries", str(queries))
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["details"]["field"] == "queries" and "QUERY" in error["message"]
+
+
+def test_a_cursor_with_a_queries_file_is_refused_by_name(env, cli_pipeline, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "q1", "query": "pump"}\n')
+    result = run(env, "search", cli_pipeline, "--queries", str(queries), "--cursor", "c")
+    assert result.exit_code == 2, result.stdout
+    assert json.loads(result.stdout)["error"]["details"]["field"] == "cursor"
+
+
+def test_eval_refuses_a_params_k_other_than_its_depth(env, cli_pipeline, tmp_path):
+    """eval's --depth is the number of hits: a params.k of another value was overwritten."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "1", "text": "pump"}\n')
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n1\td1\t1\n")
+    args = ["eval", cli_pipeline, "--queries", str(queries), "--qrels", str(qrels), "--json"]
+    refused = run(env, *args, "--params", '{"k": 10}')
+    assert refused.exit_code == 2, refused.stdout
+    error = json.loads(refused.stdout)["error"]
+    assert error["details"]["field"] == "k" and "--depth 100" in error["message"]
+    assert run(env, *args, "--depth", "10", "--params", '{"k": 10}').exit_code == 0
+
+
 # -- messages that name the CLI's own commands -------------------------------------------
 
 def test_a_graph_search_without_edges_names_edges_load_to_a_cli_user(env, client, cli_pipeline):

@@ -1,8 +1,8 @@
 """The ``pgbraid`` command line: the same engine as Python and HTTP.
 
 ``base`` holds the Typer app and the one way errors are shown; ``commands``,
-``entities``, ``documents`` and ``keys`` register their commands on it (imported
-here, so nothing imports back up).
+``search``, ``entities``, ``documents`` and ``keys`` register their commands on it
+(imported here, so nothing imports back up).
 """
 
 import logging
@@ -12,7 +12,7 @@ import click
 import typer
 
 from ..errors import InvalidRequest, describe
-from . import commands, documents, entities, extensions, keys  # noqa: F401  (register the commands)
+from . import commands, documents, entities, extensions, keys, search  # noqa: F401  (register the commands)
 from .base import app, emit, handled
 
 
