@@ -123,6 +123,17 @@ def test_eval_refuses_a_params_k_other_than_its_depth(env, cli_pipeline, tmp_pat
     assert run(env, *args, "--depth", "10", "--params", '{"k": 10}').exit_code == 0
 
 
+# -- serve: the port checked before anything starts --------------------------------------
+
+@pytest.mark.parametrize("command", ["serve", "embeddings-serve"])
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_a_port_out_of_range_is_refused_before_the_server_starts(env, command, port):
+    """serve --port 99999 started the app, then ended in a 73-line OverflowError, exit 70."""
+    result = run(env, command, "--port", port)
+    assert result.exit_code == 2, result.stdout
+    assert result.stdout == f"error: --port must be an integer from 0 to 65535, got {port}\n"
+
+
 # -- messages that name the CLI's own commands -------------------------------------------
 
 def test_a_graph_search_without_edges_names_edges_load_to_a_cli_user(env, client, cli_pipeline):

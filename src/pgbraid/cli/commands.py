@@ -264,10 +264,12 @@ def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-m
     from .. import embedders
     from ..api.auth import is_loopback
     from ..embedders.server import make_server
+    from ..models import number
 
     with handled(False):
         if embedder not in ("minilm", "e5-multilingual"):
             raise InvalidRequest("--embedder must be minilm or e5-multilingual")
+        number({"port": port}, "port", None, 0, 65535, integer=True, label="--port")  # 0: any free
         key = os.environ.get("PGBRAID_EMBEDDINGS_KEY") or None
         if key is None and not is_loopback(host):
             raise InvalidRequest(f"--host {host} is not loopback: set PGBRAID_EMBEDDINGS_KEY "
