@@ -136,6 +136,17 @@ def test_a_port_out_of_range_is_refused_before_the_server_starts(env, command, p
 
 # -- messages that name the CLI's own commands -------------------------------------------
 
+def test_keys_create_without_permissions_says_they_are_required(env):
+    result = run(env, "keys", "create", "--json")
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["details"]["field"] == "permissions"
+    assert "--permissions is required" in error["message"] and "''" not in error["message"]
+    empty = run(env, "keys", "create", "--permissions", " ", "--json")
+    assert "--permissions is required" in json.loads(empty.stdout)["error"]["message"]
+    assert run(env, "keys", "create", "--permissions", "read", "--json").exit_code == 0
+
+
 def test_a_graph_search_without_edges_names_edges_load_to_a_cli_user(env, client, cli_pipeline):
     result = run(env, "search", cli_pipeline, "pump", "--type", "graph")
     assert result.exit_code == 2, result.stdout
@@ -163,3 +174,11 @@ def test_every_remedy_is_said_for_every_interface_and_names_a_real_cli_command()
             command = command.get_command(None, word)
             assert command is not None, f"{name}: no command {said['cli']!r}"
         assert not hasattr(command, "get_command"), f"{name}: {said['cli']!r} is a group"
+
+
+def test_ingest_into_a_missing_pipeline_says_so_before_any_progress_bar(env, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "1", "text": "ok"}\n')
+    result = run(env, "ingest", "nosuch", str(path))
+    assert result.exit_code == 2
+    assert result.stdout == "error: pipeline 'nosuch' does not exist\n"
