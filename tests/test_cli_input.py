@@ -182,3 +182,35 @@ def test_ingest_into_a_missing_pipeline_says_so_before_any_progress_bar(env, tmp
     result = run(env, "ingest", "nosuch", str(path))
     assert result.exit_code == 2
     assert result.stdout == "error: pipeline 'nosuch' does not exist\n"
+
+
+# -- usage errors: one line, as the README says ------------------------------------------
+
+def _entry(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    from .serving import SRC
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PGBRAID_DATA_DIR": str(tmp_path / "none"),
+           "COLUMNS": "60"}
+    return subprocess.run([sys.executable, "-c", "from pgbraid.cli import main; main()", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["search", "notes", "x", "--k", "abc"], "Invalid value for '--k'"),
+    (["search", "notes", "x", "--bogus", "1"], "No such option: --bogus"),
+    (["search"], "Missing argument 'pipeline'"),
+    (["nosuchcommand"], "No such command 'nosuchcommand'"),
+])
+def test_a_usage_error_prints_one_line(tmp_path, args, said):
+    result = _entry(args, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stdout.splitlines()) == 1 and not result.stderr, (result.stdout,
+                                                                        result.stderr)
+    assert result.stdout.startswith("error: ") and said in result.stdout
+    assert result.stdout.endswith(" --help')\n")  # where to look next
+
+
+def test_help_and_no_arguments_still_print_the_help(tmp_path):
+    for args in ([], ["keys"], ["search", "--help"]):
+        result = _entry(args, tmp_path)
+        assert "Usage:" in result.stdout + result.stderr, args
+        assert result.returncode == (0 if "--help" in args else 2), args
