@@ -81,7 +81,7 @@ def test_batch_mode_prints_one_json_line_per_query(env, cli_pipeline, tmp_path):
     queries.write_text('{"id": "q1", "query": "pump"}\n{"id": 2, "query": "boiler water"}\n'
                        '{"id": "q3", "query": ""}\n{"id": "q4", "query": "pump", "type": "bm25"}\n')
     result = run(env, "search", cli_pipeline, "--queries", str(queries), "--k", "2")
-    assert result.exit_code == 0, result.stdout
+    assert result.exit_code == 2, result.stdout  # the batch ran whole; two lines failed
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["id"] for line in lines] == ["q1", "2", "q3", "q4"]
     assert lines[0]["hits"][0]["document_id"] == "d1"
@@ -174,7 +174,7 @@ def test_demo_runs_and_explains(env):
 ])
 def test_usage_errors_under_json_are_the_one_error_shape(tmp_path, args, field):
     """Typer's own parsing errors (before any command runs) answer the shape under --json,
-    through the installed entry point, and keep their usual box without it."""
+    through the installed entry point, and one line without it (test_cli_input)."""
     import os
     import subprocess
     import sys
@@ -189,7 +189,8 @@ def test_usage_errors_under_json_are_the_one_error_shape(tmp_path, args, field):
     assert body["error"]["code"] == "invalid_request"
     assert body["error"]["details"] == {"field": field}
     human = subprocess.run(entry + args, capture_output=True, text=True, env=env, timeout=120)
-    assert human.returncode == 2 and not human.stdout.startswith("{")
+    assert human.returncode == 2 and human.stdout.startswith("error: ")
+    assert len(human.stdout.splitlines()) == 1
 
 
 def test_a_body_that_does_not_validate_reads_as_over_http(env, cli_pipeline):

@@ -20,6 +20,7 @@ from .live import search as live_search
 from .live.admin import LiveSources
 from .models import (PipelineInfo, SearchResponse, parse_as_of, parse_version,
                      validate_document_id, validate_name)
+from .pipelines import get as pipeline_row
 from .scope import FilterLimits, Principal
 from .strategies.base import Context
 from .strategies.bm25_postings import PostingsCache
@@ -172,6 +173,13 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
         validate_name("pipeline", pipeline)
         return self.engine.fragment(self.principal, pipeline, fragment_id,
                                     classification=classification)
+
+    def check_pipeline(self, pipeline: str, *permissions: str) -> None:
+        """Refuse now what a call on ``pipeline`` needing ``permissions`` would: Forbidden
+        without them, NotFound when it does not exist (the CLI, before a progress bar)."""
+        self.principal.require(pipeline, *permissions)
+        with self._session() as conn:
+            pipeline_row(conn, pipeline)
 
     def replicas(self) -> list[dict[str, Any]]:
         """Each read replica's state as last sampled ([] without PGBRAID_READ_DSN)."""

@@ -17,7 +17,9 @@
     anything else                a bug: "internal error"                    500, exit 70
 
 ``ERRORS`` is the table: status codes and exit codes are chosen there, never
-where an error is raised. ``describe(exc)`` turns *any* exception into the
+where an error is raised. ``REMEDIES`` beside it holds the one thing that differs by
+interface: how a message names the fix (a CLI command, or an HTTP route and a client
+method). ``describe(exc)`` turns *any* exception into the
 row, message and details an entry point shows; an exception that is not a
 ``PgbraidError`` shows only ``internal error`` (its text may hold SQL, paths
 or data) and is logged with its traceback for operators. Exit codes 65, 69,
@@ -36,9 +38,12 @@ logger = logging.getLogger("pgbraid")
 
 
 class PgbraidError(Exception):
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, *, remedy: str | None = None, **details: Any) -> None:
+        """``remedy``: a key of REMEDIES, the fix each interface names in its own words
+        (the message ends with the API's: Python and HTTP callers read it as it is)."""
+        self.brief, self.remedy = message, remedy
+        self.message = said(message, remedy, "api")
+        super().__init__(self.message)
         self.details = details
 
     @property
@@ -133,6 +138,23 @@ ERRORS: dict[type[PgbraidError], Row] = {
     IntegrityFailure: Row("integrity_failure", 500, 65, "a stored ciphertext fails its AES-GCM "
                           "check: tampered, truncated or moved to another row"),
 }
+INTERFACES = ("api", "cli")
+"""Who an error is told to: "api" the Python client, HTTP and MCP; "cli" the command line."""
+REMEDIES: dict[str, dict[str, str]] = {
+    "load_graph": {"api": "POST /pipelines/{p}/graph, client.load_graph",
+                   "cli": "pgbraid edges load PIPELINE --vertices FILE --edges FILE"},
+    "live_source": {"api": "PUT /pipelines/{p}/live, client.set_live_source",
+                    "cli": "pgbraid pipeline live PIPELINE --source URL --allow-host HOST"},
+}
+"""The fix an error names, as each interface says it: the one place where messages
+differ by interface (the code, status and exit code never do)."""
+
+
+def said(message: str, remedy: str | None, interface: str) -> str:
+    """``message``, ending with ``remedy`` in ``interface``'s words."""
+    return f"{message} ({REMEDIES[remedy][interface]})" if remedy else message
+
+
 INTERNAL = Row("internal", 500, 70, "anything else: a bug (logged with its traceback)")
 INTERNAL_MESSAGE = "internal error"
 
@@ -157,18 +179,21 @@ class Described:
         return {"error": {"code": self.code, "message": self.message, "details": self.details}}
 
 
-def describe(exc: BaseException) -> Described:
-    """Any exception as (code, HTTP status, exit code, message, details), from the table."""
+def describe(exc: BaseException, interface: str = "api") -> Described:
+    """Any exception as (code, HTTP status, exit code, message, details), from the table;
+    the message names the fix as ``interface`` (INTERFACES) says it."""
     if isinstance(exc, PgbraidError):
         row = row_of(type(exc))
-        return Described(row.code, row.status, row.exit, exc.message, exc.details)
+        remedy = getattr(exc, "remedy", None)
+        message = said(exc.brief, remedy, interface) if remedy else exc.message
+        return Described(row.code, row.status, row.exit, message, exc.details)
     logger.error("internal error: %s", type(exc).__name__, exc_info=exc)
     return Described(INTERNAL.code, INTERNAL.status, INTERNAL.exit, INTERNAL_MESSAGE, {})
 
 
-def error_body(exc: BaseException) -> dict[str, Any]:
+def error_body(exc: BaseException, interface: str = "api") -> dict[str, Any]:
     """The single error shape of the CLI's --json output and of the HTTP API."""
-    return describe(exc).body()
+    return describe(exc, interface).body()
 
 
 def from_body(body: Any) -> PgbraidError:

@@ -15,28 +15,48 @@ QUERY_FIELDS = frozenset({"id", "_id", "query", "text", "metadata"})
 """What a queries line may hold: read_queries reads the first four; BEIR's have metadata."""
 
 
-def read_queries(path: Path, *, id_field: str | None = None,
-                 text_field: str | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(id, query, record) from JSONL; ids from 'id' or '_id', text from 'query' or 'text'."""
+QueryLine = tuple[int, str | None, str | None, dict[str, Any], InvalidRequest | None]
+
+
+def query_lines(path: Path, *, id_field: str | None = None,
+                text_field: str | None = None) -> Iterator[QueryLine]:
+    """(line number, id, query, record, problem) of each JSONL line that is not blank; ids
+    from 'id' or '_id', text from 'query' or 'text'. A line that is not a query has its
+    problem (and its id when it has one) instead of ending the file: a batch goes on."""
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise InvalidRequest(f"cannot read {path}: {exc.strerror or exc}") from None
     with handle:
         for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise InvalidRequest(f"{path}:{number}: not a JSON line ({exc})") from None
-            if not isinstance(record, dict):
-                raise InvalidRequest(f"{path}:{number}: a line must be a JSON object")
-            qid = record.get(id_field) if id_field else record.get("id", record.get("_id"))
-            text = record.get(text_field) if text_field else record.get("query", record.get("text"))
-            if qid is None or not isinstance(text, str):
-                raise InvalidRequest(f"{path}:{number}: needs an id and a query text")
-            yield str(qid), text, record
+            if raw.strip():
+                yield number, *_query_line(f"{path}:{number}", raw, id_field, text_field)
+
+
+def _query_line(where: str, raw: bytes, id_field: str | None, text_field: str | None
+                ) -> tuple[str | None, str | None, dict[str, Any], InvalidRequest | None]:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, None, {}, InvalidRequest(f"{where}: not a JSON line ({exc})")
+    if not isinstance(record, dict):
+        return None, None, {}, InvalidRequest(f"{where}: a line must be a JSON object")
+    qid = record.get(id_field) if id_field else record.get("id", record.get("_id"))
+    text = record.get(text_field) if text_field else record.get("query", record.get("text"))
+    if qid is None or not isinstance(text, str):
+        return (None if qid is None else str(qid)), None, record, InvalidRequest(
+            f"{where}: needs an id and a query text")
+    return str(qid), text, record, None
+
+
+def read_queries(path: Path, *, id_field: str | None = None,
+                 text_field: str | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(id, query, record) of each line (``query_lines``); the first bad line ends it."""
+    for _, qid, text, record, problem in query_lines(path, id_field=id_field,
+                                                     text_field=text_field):
+        if problem is not None:
+            raise problem
+        yield qid, text, record  # type: ignore[misc]  (both set when there is no problem)
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:

@@ -19,6 +19,7 @@ from ..client import connect, load_settings
 from ..db.replicas import split_dsns
 from ..keyring import Keyring
 from ..errors import InvalidRequest
+from ..models import number
 from .auth import is_loopback
 
 FACTORY = "pgbraid.api.app:from_environment"
@@ -33,6 +34,7 @@ def serve(host: str = "127.0.0.1", port: int = 8400, workers: int = 1,
                              "create` instead", field="host")
     if not 1 <= workers <= 64:
         raise InvalidRequest("--workers must be from 1 to 64", field="workers")
+    number({"port": port}, "port", None, 0, 65535, integer=True, label="--port")  # 0: any free
     # A key file others may read, or a bad key, refuses to start here, said in one line.
     Keyring.from_settings(settings, embedded=not settings.dsn)
     if split_dsns(settings.read_dsn):

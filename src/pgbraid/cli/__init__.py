@@ -1,8 +1,8 @@
 """The ``pgbraid`` command line: the same engine as Python and HTTP.
 
 ``base`` holds the Typer app and the one way errors are shown; ``commands``,
-``entities``, ``documents`` and ``keys`` register their commands on it (imported
-here, so nothing imports back up).
+``search``, ``entities``, ``documents`` and ``keys`` register their commands on it
+(imported here, so nothing imports back up).
 """
 
 import logging
@@ -12,8 +12,8 @@ import click
 import typer
 
 from ..errors import InvalidRequest, describe
-from . import commands, documents, entities, extensions, keys  # noqa: F401  (register the commands)
-from .base import app, emit, handled
+from . import commands, documents, entities, extensions, keys, search  # noqa: F401  (register the commands)
+from .base import app, handled, show_error
 
 
 def main() -> None:
@@ -21,14 +21,16 @@ def main() -> None:
     # command's message says PostgreSQL is unreachable, without where (``serve``
     # sends these lines to the server's log).
     logging.getLogger("psycopg").addHandler(logging.NullHandler())
-    if "--json" not in sys.argv[1:]:
-        app()
-        return
-    try:  # --json: a usage error (unknown option, bad value) in the one error shape too
-        code = app(standalone_mode=False)
+    try:  # a usage error (unknown option, bad value) is shown as every error is
+        code = app(standalone_mode=False, prog_name="pgbraid")
     except USAGE_ERRORS as exc:
-        error = describe(InvalidRequest(exc.format_message(), field=_field(exc)))
-        emit(error.body())
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help is printed: that is all
+            sys.exit(exc.exit_code)
+        message = " ".join(exc.format_message().split()).rstrip(".")  # one line, as every error
+        error = describe(InvalidRequest(message, field=_field(exc)), "cli")
+        context = getattr(exc, "ctx", None)
+        show_error(error, "--json" in sys.argv[1:],
+                   f" (see '{context.command_path} --help')" if context is not None else "")
         sys.exit(error.exit)
     except (click.Abort, typer.Abort):
         sys.exit(1)

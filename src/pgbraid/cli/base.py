@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from ..client import load_settings
-from ..errors import InvalidRequest, describe
+from ..errors import Described, InvalidRequest, describe
 from ..output import console
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -50,12 +50,17 @@ def handled(as_json: bool) -> Iterator[None]:
     except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except Exception as exc:
-        error = describe(exc)
-        if as_json:
-            emit(error.body())
-        else:
-            console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
+        error = describe(exc, "cli")
+        show_error(error, as_json)
         raise typer.Exit(error.exit) from None
+
+
+def show_error(error: Described, as_json: bool, then: str = "") -> None:
+    """The one error shape under --json; otherwise one line, ``error: message then``."""
+    if as_json:
+        emit(error.body())
+    else:
+        console.print(f"[red]error:[/red] {escape(error.message)}{escape(then)}", soft_wrap=True)
 
 
 def parse_json_option(value: str | None, name: str) -> Any:

@@ -1,4 +1,4 @@
-"""CLI commands: server, pipelines, ingest, search, eval, documents, demo."""
+"""CLI commands: server, pipelines, ingest, embeddings-serve, demo (search.py: search, eval)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any, Optional
 
 import typer
 
-from ..client import Client, connect, load_settings
+from ..client import connect, load_settings
 from ..db.server import EmbeddedServer
-from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError, error_body
+from ..errors import InvalidRequest
 from ..ingest.readers import FieldMap
-from ..output import console, escape, show_mapping, show_pipelines, show_search
-from .base import JsonOpt, app, emit, handled, parse_json_option, show_warnings
+from ..output import console, escape, show_mapping, show_pipelines
+from .base import JsonOpt, app, emit, handled, show_warnings
 
 server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Create and inspect pipelines.")
@@ -251,107 +251,7 @@ def ingest(pipeline: str, paths: list[Path] = typer.Argument(
             raise typer.Exit(1)
 
 
-# -- search -------------------------------------------------------------------
-
-def _request(query: str, type_: str, k: int, classification: Optional[str], filter_: Optional[str],
-             params: Optional[str], group_by: str, distance: str = "cosine",
-             as_of: Optional[str] = None, cursor: Optional[str] = None) -> dict[str, Any]:
-    extra = parse_json_option(params, "params") or {}
-    if not isinstance(extra, dict):
-        raise InvalidRequest("--params must be a JSON object")
-    body: dict[str, Any] = {"query": query, "type": type_, "group_by": group_by,
-                            "distance_strategy": distance, "params": {**extra, "k": k}}
-    if classification is not None:
-        body["classification"] = classification
-    if filter_ is not None:
-        body["filters"] = parse_json_option(filter_, "filter")
-    for name, value in (("as_of", as_of), ("cursor", cursor)):
-        if value is not None:
-            body[name] = value
-    return body
-
-
-@app.command()
-def search(pipeline: str, query: Optional[str] = typer.Argument(None),
-           type_: str = typer.Option("auto", "--type", "-t", help="Search type (default auto: the planner picks the mix)."),
-           k: int = typer.Option(5, "--k", "-k", help="Number of hits."),
-           classification: Optional[str] = typer.Option(None, help="Classifications held, comma-separated."),
-           filter_: Optional[str] = typer.Option(None, "--filter", help="Metadata filter as JSON."),
-           params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
-           group_by: str = typer.Option("fragment", help="fragment | document"),
-           distance: str = typer.Option("cosine", "--distance-strategy",
-                                        help="cosine | euclidean-distance | dot-product"),
-           queries: Optional[Path] = typer.Option(None, help="JSONL of {id, query}: prints NDJSON."),
-           as_of: Optional[str] = typer.Option(None, help="Search the versions valid at this "
-                                               "ISO-8601 time (no offset: UTC)."),
-           cursor: Optional[str] = typer.Option(None, help="The previous page's next_cursor "
-                                                "(page with --params '{\"offset\": 0}')."),
-           as_json: bool = JsonOpt) -> None:
-    """Search a pipeline (one query, or a batch with --queries).
-
-    Types: fulltext, bm25 (search), fuzzy, similarity, mmr, graph, hybrid, auto, relational.
-    """
-    with handled(as_json or queries is not None), connect() as client:
-        if queries is not None:
-            _batch(client, pipeline, queries, type_, k, classification, filter_, params, group_by,
-                   distance, as_of)
-            return
-        if query is None:
-            raise InvalidRequest("give a QUERY or --queries FILE")
-        response = client.search(pipeline, **_request(
-            query, type_, k, classification, filter_, params, group_by, distance, as_of, cursor))
-        emit(response.model_dump(mode="json")) if as_json else show_search(response)
-
-
 FAILURES_SHOWN = 20  # failed documents the text output names; --json names all
-
-
-
-def _batch(client: Client, pipeline: str, path: Path, type_: str, k: int,
-           classification: Optional[str], filter_: Optional[str], params: Optional[str],
-           group_by: str, distance: str, as_of: Optional[str] = None) -> None:
-    from ..evaluation import QUERY_FIELDS, read_queries
-
-    for qid, text, record in read_queries(path):
-        try:
-            if unknown := sorted(set(record) - QUERY_FIELDS):
-                raise InvalidRequest(
-                    f"unknown field {unknown[0]!r}: a --queries line holds id and query (the "
-                    f"type, k and params of every line come from the options)", field=unknown[0])
-            response = client.search(pipeline, **_request(
-                text, type_, k, classification, filter_, params, group_by, distance, as_of))
-            emit({**response.model_dump(mode="json"), "id": qid})
-        except (BackendUnavailable, BackendTimeout):
-            raise
-        except PgbraidError as exc:  # one bad line does not end the batch
-            emit({"id": qid, **error_body(exc)})
-
-
-@app.command("eval")
-def evaluate(pipeline: str, queries: Path = typer.Option(...), qrels: Path = typer.Option(...),
-             type_: str = typer.Option("auto", "--type", "-t",
-                                       help="The search type (auto, as for search)."),
-             depth: int = typer.Option(100, help="Documents retrieved per query."),
-             params: Optional[str] = typer.Option(None, help="Strategy params as JSON."),
-             as_json: bool = JsonOpt) -> None:
-    """nDCG@10, R@100 and RR@10 of a search type against TREC/BEIR qrels (document level)."""
-    from ..evaluation import evaluate as score, read_qrels, read_queries
-
-    with handled(as_json), connect() as client:
-        judgments = read_qrels(qrels)
-        run: dict[str, dict[str, float]] = {}
-        for qid, text, _ in read_queries(queries):
-            if qid not in judgments:
-                continue
-            response = client.search(
-                pipeline, **_request(text, type_, depth, None, None, params, "document"))
-            run[qid] = {hit.document_id: float(depth - hit.rank + 1) for hit in response.hits}
-        result = {"pipeline": pipeline, "type": type_, "queries": len(run), **score(judgments, run)}
-        if as_json:
-            emit(result)
-        else:  # 0.928, not 0.9279999999999999
-            show_mapping("evaluation", {key: round(value, 4) if isinstance(value, float) else value
-                                        for key, value in result.items()})
 
 
 @app.command("embeddings-serve")
@@ -364,10 +264,12 @@ def embeddings_serve(embedder: str = typer.Option("minilm", help="minilm or e5-m
     from .. import embedders
     from ..api.auth import is_loopback
     from ..embedders.server import make_server
+    from ..models import number
 
     with handled(False):
         if embedder not in ("minilm", "e5-multilingual"):
             raise InvalidRequest("--embedder must be minilm or e5-multilingual")
+        number({"port": port}, "port", None, 0, 65535, integer=True, label="--port")  # 0: any free
         key = os.environ.get("PGBRAID_EMBEDDINGS_KEY") or None
         if key is None and not is_loopback(host):
             raise InvalidRequest(f"--host {host} is not loopback: set PGBRAID_EMBEDDINGS_KEY "

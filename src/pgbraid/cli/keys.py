@@ -12,8 +12,9 @@ from typing import Optional
 import typer
 
 from ..client import connect
-from ..errors import NotEnabled, describe
+from ..errors import InvalidRequest, NotEnabled, describe
 from ..output import console
+from ..scope import PERMISSIONS
 from .base import JsonOpt, app, emit, handled
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys for the HTTP API.")
@@ -33,11 +34,16 @@ def keys_create(pipeline: str = typer.Option("*", help="A pipeline name, or * fo
                                            "sources and keys."),
                 as_json: bool = JsonOpt) -> None:
     """Create a key; it is printed this once (only its SHA-256 digest is stored)."""
-    with handled(as_json), connect() as client:
+    with handled(as_json):
         if permissions is None and admin:
-            permissions = "read,write,execute,admin"
-        body = client.create_key(pipeline=pipeline, permissions=permissions or "",
-                                 classification=classification, expires=expires, admin=admin)
+            permissions = ",".join(PERMISSIONS)
+        if not (permissions or "").strip():
+            raise InvalidRequest(f"--permissions is required: {', '.join(PERMISSIONS)}, "
+                                 "comma-separated (--admin alone gives all four)",
+                                 field="permissions")
+        with connect() as client:
+            body = client.create_key(pipeline=pipeline, permissions=permissions,
+                                     classification=classification, expires=expires, admin=admin)
         if as_json:
             emit(body)
         else:

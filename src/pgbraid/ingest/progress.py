@@ -16,6 +16,7 @@ def ingest_with_progress(client: Client, pipeline: str, paths: list[Path], field
                          on_error: str, *, quiet: bool = False) -> IngestReport:
     if quiet:
         return client.ingest(pipeline, paths, fields=fields, on_error=on_error)
+    client.check_pipeline(pipeline, "write")  # its error alone, not after an empty bar
     columns = [TextColumn("[bold]ingest[/bold] {task.description}"), BarColumn(),
                TextColumn("{task.completed} docs · {task.fields[fragments]} fragments · "
                           "{task.fields[failed]} failed · {task.fields[rate]} docs/s"),

@@ -73,8 +73,8 @@ def search(client: "Client", name: str, body: dict[str, Any]) -> SearchResponse:
     source = from_settings(pipeline.settings) if pipeline is not None else None
     if source is None:
         if wanted:
-            raise NotEnabled(f"pipeline {name!r} has no live source: declare one with "
-                             "`pgbraid pipeline live`", strategy=RETRIEVER)
+            raise NotEnabled(f"pipeline {name!r} has no live source: declare one",
+                             remedy="live_source", strategy=RETRIEVER)
         return response
     began = time.perf_counter()
     values = _wanted(client, pipeline, source, body, response, wanted)

@@ -148,9 +148,8 @@ class Graph(Strategy):
         types = _types(request) or known["edges"]
         unknown = [t for t in types if t not in known["edges"]]
         if not known["edges"]:
-            raise InvalidRequest("this pipeline has no edges yet: load vertices and edges first "
-                                 "(POST /pipelines/{p}/graph, client.load_graph)",
-                                 field="edge_types")
+            raise InvalidRequest("this pipeline has no edges yet: load vertices and edges first",
+                                 remedy="load_graph", field="edge_types")
         if unknown:
             raise InvalidRequest(f"unknown edge type(s) {', '.join(map(shown, unknown))}; this "
                                  f"pipeline has {', '.join(known['edges'])}", field="edge_types")
