@@ -44,6 +44,7 @@ RAMP = 8
 # Lexical batches prepared at once while one is written: preparing is Python, then the
 # analysis and the dictionary on a backend of its own, so two keep both cores busy.
 LEXICAL_PREPARERS = 2
+LAST_PART_MIN = 256  # documents: a smaller last part saves less than its segment costs
 BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
 
 _EXISTING = """
@@ -97,11 +98,14 @@ def ingest(session: Callable, pipeline: Pipeline,
            items: Iterable[SourceDocument | ReadError | Skipped], *,
            embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
            batch_size: int | None = None, ahead: bool = True,
-           progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+           progress: Callable[[IngestReport], None] | None = None,
+           after: Callable[[IngestReport], list] | None = None) -> IngestReport:
     """Ingest items in batches; ``session()`` opens one transaction. With ``ahead`` the
-    next batch is prepared in a worker thread (on sessions of its own) while one is
+    next batches are prepared in worker threads (on sessions of their own) while one is
     written; a caller whose ``session()`` hands out one shared connection (savepoints
-    of its own transaction) passes ``ahead=False``."""
+    of its own transaction) passes ``ahead=False``. ``after(report)``, the caller's
+    housekeeping once every batch is committed (its warnings join the report's), runs
+    beside the merge of the call's BM25 segments."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
@@ -113,30 +117,54 @@ def ingest(session: Callable, pipeline: Pipeline,
     try:
         with ThreadPoolExecutor(max_workers=preparers, thread_name_prefix="pgbraid-prepare") as pool:
             waiting: deque[Future] = deque()
-            for chunk in _chunks(_divert(items, report), first, size):
+            # Without a batch size the last batch is split among the preparers: its
+            # write is the call's tail, with nothing left to overlap.
+            for chunk in _chunks(_divert(items, report), first, size,
+                                 1 if batch_size else preparers):
                 waiting.append(_submit(pool if ahead else None, session, pipeline, chunk, embedder))
-                if len(waiting) > preparers and not _finish_next(
-                        session, pipeline, waiting, report, call, on_error, progress):
-                    return report
-            while waiting and _finish_next(session, pipeline, waiting, report, call, on_error,
-                                           progress):
-                pass
-        return report
-    finally:
+                if len(waiting) > preparers:
+                    _finish_next(session, pipeline, waiting, report, call, on_error, progress)
+                if report.stopped:
+                    break
+            while waiting and not report.stopped:
+                _finish_next(session, pipeline, waiting, report, call, on_error, progress)
+    except BaseException:
+        if call.partitions:  # what was committed is merged all the same
+            _merge(session, pipeline, call)
+        raise
+    _end(session, pipeline, call, report, after)
+    return report
+
+
+def _merge(session: Callable, pipeline: Pipeline, call: Call) -> None:
+    with session() as conn:
+        bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+
+
+def _end(session: Callable, pipeline: Pipeline, call: Call, report: IngestReport,
+         after: Callable[[IngestReport], list] | None) -> None:
+    """The call's segments merged and, on a connection of its own beside it, ``after``."""
+    if after is None or not report.fragments:
         if call.partitions:
-            with session() as conn:
-                bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+            _merge(session, pipeline, call)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-after") as pool:
+        beside = pool.submit(after, report)
+        try:
+            if call.partitions:
+                _merge(session, pipeline, call)
+        finally:
+            report.warnings += beside.result()
 
 
 def _finish_next(session: Callable, pipeline: Pipeline, waiting: deque[Future],
                  report: IngestReport, call: Call, on_error: str,
-                 progress: Callable[[IngestReport], None] | None) -> bool:
-    """Write the oldest prepared batch; False (the others cancelled) once the call stops."""
+                 progress: Callable[[IngestReport], None] | None) -> None:
+    """Write the oldest prepared batch; once the call stops, the others are cancelled."""
     _finish(session, pipeline, waiting.popleft().result(), report, call, on_error, progress)
     if report.stopped:
         for batch in waiting:
             batch.cancel()
-    return not report.stopped
 
 
 def _submit(pool: ThreadPoolExecutor | None, *args) -> Future:
@@ -158,9 +186,10 @@ def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | 
             yield item
 
 
-def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
+def _chunks(items: Iterable, first: int, size: int, last_parts: int = 1) -> Iterator[list]:
     """Batches of ``first`` items, then each twice the last, up to ``size``; a batch
-    also ends once its documents hold BATCH_CHARS characters."""
+    also ends once its documents hold BATCH_CHARS characters. The items left at the end
+    come in ``last_parts`` batches (of LAST_PART_MIN items or more)."""
     batch: list = []
     chars = 0
     for item in items:
@@ -169,8 +198,10 @@ def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
         if len(batch) >= first or chars >= BATCH_CHARS:
             yield batch
             batch, chars, first = [], 0, min(size, 2 * first)
-    if batch:
-        yield batch
+    parts = max(1, min(last_parts, len(batch) // LAST_PART_MIN))
+    step = max(1, -(-len(batch) // parts))
+    for start in range(0, len(batch), step):
+        yield batch[start:start + step]
 
 
 def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport, call: Call,
