@@ -143,6 +143,19 @@ def test_batches_prepared_ahead_are_written_in_order(client):
     assert sorted(h.document_id for h in hits) == [f"s{i}" for i in range(5)]
 
 
+def test_batch_sizes_ramp_up_and_the_last_is_split_between_the_preparers():
+    """Batches double from an eighth of the size; what is left at the end comes in two
+    halves (both preparers work on the call's tail) unless a half would be small."""
+    from pgbraid.ingest.batches import _chunks
+
+    sizes = [len(b) for b in _chunks(range(5183), 256, 2048, 2)]
+    assert sizes == [256, 512, 1024, 2048, 672, 671]
+    assert [len(b) for b in _chunks(range(1279), 256, 2048, 2)] == [256, 512, 511]
+    assert [len(b) for b in _chunks(range(300), 256, 2048, 2)] == [256, 44]
+    assert [len(b) for b in _chunks(range(5), 2, 2, 1)] == [2, 2, 1]
+    assert list(_chunks(range(0), 256, 2048, 2)) == []
+
+
 def test_jsonl_field_mapping_and_bad_lines(client, pipeline, tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_bytes(b'{"_id": "1", "title": "T", "text": "first text", "source": "x"}\n'
