@@ -21,7 +21,7 @@ import statistics
 import time
 
 from pgbraid import pipelines
-from pgbraid.ingest import batches, bm25_index, language, writer
+from pgbraid.ingest import bm25_index, language, preparing, writer
 from pgbraid.ingest.readers import FieldMap, items
 
 from .common import connect, table
@@ -116,8 +116,8 @@ def main() -> None:
     client.ingest(name, rows[:2500])
     with client._session() as conn:
         pipeline = pipelines.get(conn, name)
-    batch = batches._prepare(client._session, pipeline, list(items(rows[2500:4548], FieldMap())),
-                             None).items
+    batch = preparing.prepare_batch(client._session, pipeline,
+                                    list(items(rows[2500:4548], FieldMap())), None).items
     variants = dict(BODY if args.body else TOAST if args.toast else SETTINGS)
     if args.indexes:
         with client._db.admin() as conn:

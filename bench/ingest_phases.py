@@ -15,7 +15,8 @@ import time
 
 import psycopg
 
-from pgbraid.ingest import batches, bm25_index, bm25_merge, dictionary, fragments, language, writer
+from pgbraid.ingest import (batches, bm25_index, bm25_merge, dictionary, fragments, language,
+                            preparing)
 from pgbraid.ingest import prepare as P
 
 from .common import connect
@@ -61,9 +62,9 @@ def wrap(module, name: str, key: str) -> None:
 
 def instrument() -> None:
     """Time each phase (on import of nothing: only when the suite runs)."""
-    wrap(batches, "prepare", "prepare: python (chunk, language, expand, hash)")
+    wrap(preparing, "prepare", "prepare: python (chunk, language, expand, hash)")
     wrap(P, "detect", "  language detection (per document)")
-    wrap(batches, "detect_languages", "  language detection (per batch)")
+    wrap(preparing, "detect_languages", "  language detection (per batch)")
     wrap(P, "expand_code", "  code expansion")
     wrap(P, "distinct_words", "  fuzzy words of each piece")
     wrap(fragments, "analyse", "analyse: to_tsvector x2 (own connection)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import uuid
 
 import pytest
 from psycopg import sql
@@ -113,6 +114,46 @@ def test_on_error_stop_keeps_what_came_before(client, pipeline):
                                       {"id": "c", "text": "three"}], on_error="stop")
     assert report.stopped and report.added == 1 and len(report.failed) == 1
     assert client.pipeline(pipeline).documents == 1
+
+
+def test_batches_prepared_ahead_are_written_in_order(client):
+    """Batches are prepared two at a time while one is written (batches.LEXICAL_PREPARERS):
+    they are still written in the input's order, an id seen in an earlier batch becomes
+    its next version, and with ``stop`` nothing after the failure is written, though the
+    batches after it were prepared."""
+    from pgbraid import pipelines
+    from pgbraid.ingest import batches
+    from pgbraid.ingest.readers import ReadError, SourceDocument
+
+    name = f"ahead-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name, embedder="none")
+    with client._session() as conn:
+        target = pipelines.get(conn, name)
+    docs = [SourceDocument(id=f"d{i % 7}", text=f"pump manual number {i}") for i in range(21)]
+    report = batches.ingest(client._session, target, docs, batch_size=2)
+    assert (report.added, report.updated) == (7, 14)
+    for i in range(7):  # the last of d0 ... d6 is 14 ... 20, their third version
+        doc = client.document(name, f"d{i}")
+        assert (doc["version"], doc["text"]) == (3, f"pump manual number {14 + i}")
+    stopped = [SourceDocument(id=f"s{i}", text=f"valve manual {i}") for i in range(9)]
+    stopped[5] = ReadError("s5", "broken")
+    report = batches.ingest(client._session, target, stopped, batch_size=2, on_error="stop")
+    assert report.stopped and (report.added, len(report.failed)) == (5, 1)
+    hits = client.search(name, "valve", type="bm25", params={"k": 20}).hits
+    assert sorted(h.document_id for h in hits) == [f"s{i}" for i in range(5)]
+
+
+def test_batch_sizes_ramp_up_and_the_last_is_split_between_the_preparers():
+    """Batches double from an eighth of the size; what is left at the end comes in two
+    halves (both preparers work on the call's tail) unless a half would be small."""
+    from pgbraid.ingest.batches import _chunks
+
+    sizes = [len(b) for b in _chunks(range(5183), 256, 2048, 2)]
+    assert sizes == [256, 512, 1024, 2048, 672, 671]
+    assert [len(b) for b in _chunks(range(1279), 256, 2048, 2)] == [256, 512, 511]
+    assert [len(b) for b in _chunks(range(300), 256, 2048, 2)] == [256, 44]
+    assert [len(b) for b in _chunks(range(5), 2, 2, 1)] == [2, 2, 1]
+    assert list(_chunks(range(0), 256, 2048, 2)) == []
 
 
 def test_jsonl_field_mapping_and_bad_lines(client, pipeline, tmp_path):

@@ -116,7 +116,8 @@ class Writes:
         embedder = self.embedder(target.embedder) if target.embedder else None
         try:
             report = ingest(self._session, target, live_fetch.reserved(items(source, fields)),
-                            embedder=embedder, on_error=on_error, progress=progress)
+                            embedder=embedder, on_error=on_error, progress=progress,
+                            after=lambda done: self._after_writing(done.fragments))
         except BaseException as exc:  # batches before the error are written: say so
             audit.record_quietly(self._db, self.principal, "document.ingest", pipeline,
                                  {"error": type(exc).__name__})
@@ -127,8 +128,6 @@ class Writes:
             "added": report.added, "updated": report.updated, "unchanged": report.unchanged,
             "failed": len(report.failed)})
         report.lsn = self._commit_lsn()
-        if report.fragments:
-            report.warnings += self._after_writing(report.fragments)
         return report
 
     def _after_writing(self, fragments: int) -> list[housekeeping.StepWarning]:

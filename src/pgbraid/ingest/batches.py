@@ -1,10 +1,13 @@
-"""Ingest in batches: prepare batch i+1 in a worker thread while batch i is written.
+"""Ingest in batches: prepare the next batches in worker threads while one is written.
 
-Preparing a batch (``_prepare``) is everything that needs no lock: chunking,
+Preparing a batch (ingest/preparing.py) is everything that needs no lock: chunking,
 language, hashes, which documents are unchanged, the text-search analysis of
 its pieces on a connection of its own (fragments.analyse), adding their words
 to fuzzy's dictionary (ingest/dictionary.py) and, with an embedder, their
-vectors (ONNX releases the GIL). Writing it (``_write``) is one
+vectors (ONNX releases the GIL). Two lexical batches are prepared at once (one
+embedded batch): a preparer's Python and its backend's analysis take turns, and the
+writer's backend runs beside them. Batches are written in the input's order, each
+(``_write``) one
 transaction under the pipeline's BM25 lock: the documents new to the pipeline
 together (writer.write_new), the others one by one in savepoints, then the
 batch's postings as one segment per partition. So the lock is held only for
@@ -15,21 +18,20 @@ is written once more.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Literal
 
-import numpy as np
 import psycopg
 
 from ..embedders import Embedder
 from ..errors import KeyUnavailable, PgbraidError
 from ..pipelines import Pipeline
-from ..strategies.vector.store import check_vector
-from . import bm25_index, dictionary, fragments
+from . import bm25_index
 from .bm25_index import Pending
-from .guard import held_of
-from .prepare import Prepared, detect_languages, prepare
+from .prepare import Prepared
+from .preparing import Batch, fail, prepare_batch, refused, to_write
 from .readers import ReadError, Skipped, SourceDocument
 from .writer import FRAGMENT_KEY, Conflict, write_document, write_new
 
@@ -39,20 +41,12 @@ EMBEDDED_BATCH = 64  # with one: the first batch's vectors are waited for
 # first batch is prepared with nothing to overlap, so it is kept small. (Embedded ones
 # do not: the model is the bottleneck either way, and runs best on full batches.)
 RAMP = 8
+# Lexical batches prepared at once while one is written: preparing is Python, then the
+# analysis and the dictionary on a backend of its own, so two keep both cores busy.
+LEXICAL_PREPARERS = 2
+LAST_PART_MIN = 256  # documents: a smaller last part saves less than its segment costs
 BATCH_CHARS = 8_000_000  # and a batch's texts (one analysis statement) stay under this
 
-# Current hashes of a batch's documents, and vectors of their current fragments.
-_KNOWN = """
-SELECT d.external_id, v.content_hash FROM pgbraid.documents d
-JOIN pgbraid.versions v ON v.pipeline_id = d.pipeline_id AND v.document_id = d.id AND v.version = d.current_version
-WHERE d.pipeline_id = %(pipeline)s AND d.external_id = ANY(%(ids)s)
-  AND (%(held)s::text[] IS NULL OR v.classifications <@ %(held)s::text[])
-"""
-_REUSABLE = """
-SELECT f.content_hash, e.embedding FROM pgbraid.fragments f
-JOIN pgbraid.embeddings e ON e.pipeline_id = f.pipeline_id AND e.fragment_id = f.id
-WHERE f.pipeline_id = %(pipeline)s AND f.current AND f.content_hash = ANY(%(hashes)s)
-"""
 _EXISTING = """
 SELECT external_id FROM pgbraid.documents
 WHERE pipeline_id = %(pipeline)s AND external_id = ANY(%(ids)s)
@@ -100,23 +94,18 @@ class Call:
     partitions: set[int] = field(default_factory=set)
 
 
-@dataclass
-class Batch:
-    items: list[Prepared | ReadError]
-    unchanged: set[str]
-    embedded: int = 0
-    embedding_failure: str | None = None
-
-
 def ingest(session: Callable, pipeline: Pipeline,
            items: Iterable[SourceDocument | ReadError | Skipped], *,
            embedder: Embedder | None = None, on_error: Literal["continue", "stop"] = "continue",
            batch_size: int | None = None, ahead: bool = True,
-           progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+           progress: Callable[[IngestReport], None] | None = None,
+           after: Callable[[IngestReport], list] | None = None) -> IngestReport:
     """Ingest items in batches; ``session()`` opens one transaction. With ``ahead`` the
-    next batch is prepared in a worker thread (on sessions of its own) while one is
+    next batches are prepared in worker threads (on sessions of their own) while one is
     written; a caller whose ``session()`` hands out one shared connection (savepoints
-    of its own transaction) passes ``ahead=False``."""
+    of its own transaction) passes ``ahead=False``. ``after(report)``, the caller's
+    housekeeping once every batch is committed (its warnings join the report's), runs
+    beside the merge of the call's BM25 segments."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
         bm25_index.ensure_stats(conn, pipeline.id)
@@ -124,32 +113,66 @@ def ingest(session: Callable, pipeline: Pipeline,
     size = batch_size or (EMBEDDED_BATCH if embedder else LEXICAL_BATCH)
     first = size if batch_size or embedder else max(1, size // RAMP)
     report = IngestReport()
+    preparers = LEXICAL_PREPARERS if ahead and not embedder else 1
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-prepare") as pool:
-            previous: Future | None = None
-            for chunk in _chunks(_divert(items, report), first, size):
-                batch = _submit(pool if ahead else None, session, pipeline, chunk, embedder)
-                if previous is not None:
-                    _finish(session, pipeline, previous.result(), report, call, on_error, progress)
-                    if report.stopped:
-                        batch.cancel()
-                        return report
-                previous = batch
-            if previous is not None:
-                _finish(session, pipeline, previous.result(), report, call, on_error, progress)
-        return report
-    finally:
+        with ThreadPoolExecutor(max_workers=preparers, thread_name_prefix="pgbraid-prepare") as pool:
+            waiting: deque[Future] = deque()
+            # Without a batch size the last batch is split among the preparers: its
+            # write is the call's tail, with nothing left to overlap.
+            for chunk in _chunks(_divert(items, report), first, size,
+                                 1 if batch_size else preparers):
+                waiting.append(_submit(pool if ahead else None, session, pipeline, chunk, embedder))
+                if len(waiting) > preparers:
+                    _finish_next(session, pipeline, waiting, report, call, on_error, progress)
+                if report.stopped:
+                    break
+            while waiting and not report.stopped:
+                _finish_next(session, pipeline, waiting, report, call, on_error, progress)
+    except BaseException:
+        if call.partitions:  # what was committed is merged all the same
+            _merge(session, pipeline, call)
+        raise
+    _end(session, pipeline, call, report, after)
+    return report
+
+
+def _merge(session: Callable, pipeline: Pipeline, call: Call) -> None:
+    with session() as conn:
+        bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+
+
+def _end(session: Callable, pipeline: Pipeline, call: Call, report: IngestReport,
+         after: Callable[[IngestReport], list] | None) -> None:
+    """The call's segments merged and, on a connection of its own beside it, ``after``."""
+    if after is None or not report.fragments:
         if call.partitions:
-            with session() as conn:
-                bm25_index.merge_since(conn, pipeline.id, call.first_segment, call.partitions)
+            _merge(session, pipeline, call)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgbraid-after") as pool:
+        beside = pool.submit(after, report)
+        try:
+            if call.partitions:
+                _merge(session, pipeline, call)
+        finally:
+            report.warnings += beside.result()
+
+
+def _finish_next(session: Callable, pipeline: Pipeline, waiting: deque[Future],
+                 report: IngestReport, call: Call, on_error: str,
+                 progress: Callable[[IngestReport], None] | None) -> None:
+    """Write the oldest prepared batch; once the call stops, the others are cancelled."""
+    _finish(session, pipeline, waiting.popleft().result(), report, call, on_error, progress)
+    if report.stopped:
+        for batch in waiting:
+            batch.cancel()
 
 
 def _submit(pool: ThreadPoolExecutor | None, *args) -> Future:
     if pool is not None:
-        return pool.submit(_prepare, *args)
+        return pool.submit(prepare_batch, *args)
     done: Future = Future()
     try:
-        done.set_result(_prepare(*args))
+        done.set_result(prepare_batch(*args))
     except BaseException as exc:  # raised where the result is read, as from the pool
         done.set_exception(exc)
     return done
@@ -163,9 +186,10 @@ def _divert(items: Iterable, report: IngestReport) -> Iterator[SourceDocument | 
             yield item
 
 
-def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
+def _chunks(items: Iterable, first: int, size: int, last_parts: int = 1) -> Iterator[list]:
     """Batches of ``first`` items, then each twice the last, up to ``size``; a batch
-    also ends once its documents hold BATCH_CHARS characters."""
+    also ends once its documents hold BATCH_CHARS characters. The items left at the end
+    come in ``last_parts`` batches (of LAST_PART_MIN items or more)."""
     batch: list = []
     chars = 0
     for item in items:
@@ -174,130 +198,19 @@ def _chunks(items: Iterable, first: int, size: int) -> Iterator[list]:
         if len(batch) >= first or chars >= BATCH_CHARS:
             yield batch
             batch, chars, first = [], 0, min(size, 2 * first)
-    if batch:
-        yield batch
-
-
-def _prepare(session: Callable, pipeline: Pipeline, chunk: list,
-             embedder: Embedder | None) -> Batch:
-    """Prepare, analyse and embed what is new in a batch (in the worker thread); its
-    words join fuzzy's dictionary in this transaction (ingest/dictionary.py)."""
-    items: list[Prepared | ReadError] = []
-    languages = iter(detect_languages([i for i in chunk if not isinstance(i, ReadError)], pipeline))
-    for item in chunk:
-        if isinstance(item, ReadError):
-            items.append(item)
-            continue
-        try:
-            ready = prepare(item, pipeline, next(languages))
-            if pipeline.bound is not None:  # ingest/guard.py
-                pipeline.bound.check_record(ready.doc.id, ready.classifications)
-            items.append(ready)
-        except PgbraidError as exc:
-            items.append(ReadError(item.source or item.id, exc.message))
-    with session() as conn:
-        prepared = [p for p in items if isinstance(p, Prepared)]
-        known = dict(conn.execute(_KNOWN, {"pipeline": pipeline.id, "held": held_of(pipeline.bound),
-                                           "ids": [p.doc.id for p in prepared]}).fetchall())
-        batch = Batch(items, {p.doc.id for p in prepared if known.get(p.doc.id) == p.digest})
-        _analyse(conn, pipeline, batch)
-        todo = _todo(batch)
-        dictionary.add(conn, pipeline.id, {w for p in todo for piece in p.pieces
-                                           for w in piece.words.split()})
-        reusable = _reusable(conn, pipeline, batch, todo)
-    if reusable is None:
-        return batch
-    for p in todo:
-        try:
-            _assign_vectors(p, pipeline, reusable)
-        except PgbraidError as exc:  # a bad supplied vector fails its document only
-            _fail(batch, p, exc.message)
-    todo = [p for p in _todo(batch) if p.needs_embedding]
-    if embedder is not None and todo:
-        try:
-            batch.embedded = _embed(embedder, todo)
-        except PgbraidError as exc:
-            batch.embedding_failure = f"embedding failed: {exc.message}"
-    return batch
-
-
-def _reusable(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
-              todo: list[Prepared]) -> dict | None:
-    """The vectors of current fragments with the hashes of the batch's new pieces (None:
-    the pipeline has no embedder, or nothing is new)."""
-    if not pipeline.embedder:
-        for p in todo:
-            if p.doc.embedding is not None:
-                _fail(batch, p, f"pipeline {pipeline.name!r} has no embedder:"
-                                " remove the embedding field")
-        return None
-    if not todo:
-        return None
-    return dict(conn.execute(_REUSABLE, {
-        "pipeline": pipeline.id,
-        "hashes": [piece.content_hash for p in todo for piece in p.pieces]}).fetchall())
-
-
-def _todo(batch: Batch) -> list[Prepared]:
-    return [p for p in batch.items if isinstance(p, Prepared) and p.doc.id not in batch.unchanged]
-
-
-def _fail(batch: Batch, p: Prepared, message: str) -> None:
-    at = next(i for i, item in enumerate(batch.items) if item is p)  # not ==: numpy fields
-    batch.items[at] = ReadError(p.doc.source or p.doc.id, message)
-
-
-def _analyse(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch) -> None:
-    """Text-search analysis of the batch's new content; a document PostgreSQL cannot
-    analyse (a tsvector past 1 MB, ...) fails alone."""
-    todo = _todo(batch)
-    try:
-        with conn.transaction():
-            fragments.analyse(conn, pipeline, todo)
-        return
-    except psycopg.DataError:
-        pass
-    for p in todo:
-        try:
-            with conn.transaction():
-                fragments.analyse(conn, pipeline, [p])
-        except psycopg.DataError as exc:
-            _fail(batch, p, refused(exc))
-
-
-def _assign_vectors(p: Prepared, pipeline: Pipeline, reusable: dict) -> None:
-    dimension = pipeline.dimension or 0
-    p.vectors = np.zeros((len(p.pieces), dimension), dtype=np.float32)
-    if p.doc.embedding is not None:
-        p.vectors[0] = check_vector(p.doc.embedding, dimension, "embedding")
-        return
-    for i, piece in enumerate(p.pieces):
-        if piece.content_hash in reusable:
-            known = reusable[piece.content_hash]
-            p.vectors[i] = np.asarray(known.to_numpy() if hasattr(known, "to_numpy") else known,
-                                      dtype=np.float32)
-        else:
-            p.needs_embedding.append(i)
-
-
-def _embed(embedder: Embedder, todo: list[Prepared]) -> int:
-    texts = [text for p in todo for text in p.embedding_inputs()]
-    vectors = embedder.embed_documents(texts)
-    at = 0
-    for p in todo:
-        for i in p.needs_embedding:
-            p.vectors[i] = vectors[at]
-            at += 1
-    return len(texts)
+    parts = max(1, min(last_parts, len(batch) // LAST_PART_MIN))
+    step = max(1, -(-len(batch) // parts))
+    for start in range(0, len(batch), step):
+        yield batch[start:start + step]
 
 
 def _finish(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestReport, call: Call,
             on_error: str, progress: Callable[[IngestReport], None] | None) -> None:
     report.embedded += batch.embedded
     if batch.embedding_failure:
-        for p in _todo(batch):
+        for p in to_write(batch):
             if p.needs_embedding:
-                _fail(batch, p, batch.embedding_failure)
+                fail(batch, p, batch.embedding_failure)
     _write(session, pipeline, batch, report, call, on_error)
     if progress:
         progress(report)
@@ -309,7 +222,7 @@ def _write(session: Callable, pipeline: Pipeline, batch: Batch, report: IngestRe
     the others each in its own savepoint, in order; then the batch's segments."""
     with session() as conn:
         bm25_index.lock(conn, pipeline.id)
-        todo = _todo(batch)
+        todo = to_write(batch)
         partitions = bm25_index.partitions(
             conn, pipeline.id, {bm25_index.partition_key(p.classifications) for p in todo})
 
@@ -342,7 +255,7 @@ def _fresh(conn: psycopg.Connection, pipeline: Pipeline, batch: Batch,
            on_error: str) -> list[Prepared]:
     """The batch's documents new to the pipeline, each id's first (with ``stop``, only
     those before the batch's first other item, so nothing after a failure is written)."""
-    todo = _todo(batch)
+    todo = to_write(batch)
     existing = {r[0] for r in conn.execute(_EXISTING, {
         "pipeline": pipeline.id, "ids": [p.doc.id for p in todo]})}
     fresh, seen = [], set()
@@ -377,13 +290,6 @@ def _write_fresh(conn: psycopg.Connection, pipeline: Pipeline, fresh: list[Prepa
     report.added += len(counts)
     report.fragments += sum(counts)
     return "written"
-
-
-def refused(exc: psycopg.Error, what: str | None = None) -> str:
-    """What the report says of a document PostgreSQL refused: the kind and SQLSTATE, not
-    PostgreSQL's message (it names constraints, columns and other rows' key values)."""
-    return (f"PostgreSQL refused the document: {what or type(exc).__name__} "
-            f"(SQLSTATE {exc.sqlstate or 'none'})")
 
 
 def _write_one(conn: psycopg.Connection, pipeline: Pipeline, item: Prepared, written: Pending,

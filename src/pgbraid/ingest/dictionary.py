@@ -4,7 +4,7 @@ fragments, and maybe more.
 Words are only ever added: an expired or quarantined fragment keeps its words, since
 an ``as_of`` search or a release brings it back, and a word in the dictionary that no
 fragment in a reader's scope holds finds nothing (strategies/fuzzy_words.py). So a
-batch's words are added while it is prepared (batches._prepare), in a transaction of
+batch's words are added while it is prepared (preparing.prepare_batch), in a transaction of
 their own, outside the pipeline's index lock and beside the previous batch's write: a
 word of a document that then fails to be written stays, and finds nothing. Concurrent
 writers add the same words side by side: they go in sorted, so row locks are taken in
