@@ -47,6 +47,36 @@ def test_kev_through_the_cli(env, pipeline):
     assert json.loads(search.stdout)["hits"][0]["document_id"] == "CVE-2021-44228"
 
 
+def test_kev_without_records_is_one_failure_naming_the_fix(env, pipeline):
+    """One file that is no array of records is reported once, with the option that reads
+    it (it was two failures: the error, then "nothing of this file was ingested")."""
+    for args in ([], ["--id-field", "cveID", "--text-field", "shortDescription"]):
+        result = runner.invoke(app, ["ingest", pipeline, str(KEV), *args, "--json"], env=env)
+        assert result.exit_code == 1, result.stdout
+        body = json.loads(result.stdout.strip().splitlines()[-1])
+        assert body["added"] == 0 and len(body["failed"]) == 1, body["failed"]
+        (failure,) = body["failed"]
+        assert failure["source"] == str(KEV)
+        assert "an array under 'vulnerabilities': pass --records vulnerabilities" in \
+            failure["message"] and "nothing of this file was ingested" in failure["message"]
+    text = runner.invoke(app, ["ingest", pipeline, str(KEV)], env=env)
+    assert "failed 1," in text.stdout and text.stdout.count("--records vulnerabilities") == 1
+
+
+@pytest.mark.parametrize("data, hint", [
+    ({"meta": {"n": 2}, "items": [{"id": "1", "text": "x"}]}, "pass --records items"),
+    ({"a": [{"id": "1"}], "b": [{"id": "2"}], "c": [1]}, "pass --records with one of: a, b"),
+    ({"data": {"items": [{"id": "1", "text": "x"}]}}, "pass --records data.items"),
+    ({"count": 3}, "no array of records in it"),
+])
+def test_an_object_without_records_names_the_arrays_it_holds(client, pipeline, tmp_path, data,
+                                                             hint):
+    path = tmp_path / "object.json"
+    path.write_text(json.dumps(data))
+    report = client.ingest(pipeline, [path])
+    assert len(report.failed) == 1 and hint in report.failed[0].message, report.failed
+
+
 def test_without_index_id_the_id_is_only_an_id(client, pipeline, tmp_path):
     path = tmp_path / "kev.json"
     path.write_text(json.dumps([{"cveID": "CVE-2099-0001", "shortDescription": "a heap overflow"}]))
@@ -76,7 +106,7 @@ def test_csv_and_tsv_with_a_header(client, pipeline, tmp_path):
     ("bad.json", '[{"id": "1", "text": "fine"},\n {"id": "2", "text": }]', FieldMap(),
      "bad.json:2", "malformed JSON"),
     ("obj.json", '{"items": [{"id": "1", "text": "fine"}]}', FieldMap(), "obj.json",
-     "--records (arrays in it: items)"),
+     "pass --records items"),
     ("noid.json", '[{"id": "1", "text": "fine"}, {"text": "no id"}]', FieldMap(),
      "noid.json: array record 2", "missing or empty id field 'id'"),
 ])
@@ -88,7 +118,8 @@ def test_a_bad_file_says_where_and_writes_nothing(client, pipeline, tmp_path, na
     assert report.added == 0 and documents(client, pipeline) == set()
     messages = [(f.source, f.message) for f in report.failed]
     assert any(source.endswith(where) and fragment in message for source, message in messages), messages
-    assert messages[-1][1].startswith("nothing of this file was ingested")
+    assert len(messages) == 1  # one problem, one failure: no separate "nothing written" line
+    assert messages[0][1].endswith("(nothing of this file was ingested)")
 
 
 def test_a_folder_reports_what_it_skipped(env, client, pipeline, tmp_path):

@@ -119,7 +119,8 @@ def test_a_bad_ingestion_body_is_refused_whole_and_writes_nothing(admin, pipelin
                                 headers={"content-type": "application/x-ndjson"}), 400,
                      "invalid_request")
     assert error["message"].startswith("line 2: unknown field 'tags'")
-    for body in ([{"id": "n3", "text": 5}], [{"id": "n4"}], [{"id": "../etc", "text": "t"}], []):
+    for body in ([{"id": "n3", "text": 5}], [{"id": "n4"}], [{"id": "../etc", "text": "t"}], [],
+                 [{"id": True, "text": "t"}], [{"id": 5.0, "text": "t"}]):  # not stored as "1"
         error_of(admin.post(f"/pipelines/{pipeline}/documents", json=body), 400, "invalid_request")
     error_of(admin.post(f"/pipelines/{pipeline}/documents", content=b"id,text\n1,x",
                         headers={"content-type": "text/csv"}), 400, "invalid_request")

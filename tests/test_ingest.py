@@ -63,15 +63,6 @@ def test_fragments_carry_their_detected_language(client, pipeline):
     assert hit.document_id == "de" and hit.language == "german"
 
 
-def test_python_records_are_data_their_extra_fields_join_the_metadata(client, pipeline):
-    """As README "Ingestion" says: a record given to client.ingest is read like a file's
-    line (an HTTP body refuses the same field by name: tests/test_http_errors.py)."""
-    report = client.ingest(pipeline, [{"id": "p1", "text": "hello", "colour": "red",
-                                       "metadata": {"team": "ops"}}])
-    assert report.added == 1 and not report.failed
-    assert client.document(pipeline, "p1")["metadata"] == {"team": "ops", "colour": "red"}
-
-
 def test_reingest_changed_text_makes_a_new_current_version(client, pipeline):
     client.ingest(pipeline, [{"id": "doc", "title": "Ops", "text": "The reactor uses graphite rods."}])
     first = client.search(pipeline, "graphite").hits
@@ -110,7 +101,7 @@ def test_a_document_failing_mid_write_leaves_nothing(client, pipeline):
 
 
 def test_on_error_stop_keeps_what_came_before(client, pipeline):
-    report = client.ingest(pipeline, [{"id": "a", "text": "one"}, {"text": "no id"},
+    report = client.ingest(pipeline, [{"id": "a", "text": "one"}, {"id": "b", "text": "NUL \x00"},
                                       {"id": "c", "text": "three"}], on_error="stop")
     assert report.stopped and report.added == 1 and len(report.failed) == 1
     assert client.pipeline(pipeline).documents == 1

@@ -129,11 +129,15 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
                                  timeout=str(s.openai_timeout))
         return embedders.get(name)
 
-    def pipelines(self) -> list[PipelineInfo]:
-        return self.engine.pipelines(self.principal)
+    def pipelines(self, *, classification: Any = None) -> list[PipelineInfo]:
+        """The pipelines this principal may read; their counts are of what ``classification``
+        holds (as ``documents`` lists it: by default the principal's and public)."""
+        return self.engine.pipelines(self.principal, classification=classification)
 
-    def pipeline(self, name: str) -> PipelineInfo:
-        return self.engine.pipeline(self.principal, name)
+    def pipeline(self, name: str, *, classification: Any = None) -> PipelineInfo:
+        """One pipeline; its counts as ``pipelines`` gives them."""
+        validate_name("pipeline", name)
+        return self.engine.pipeline(self.principal, name, classification=classification)
 
     # -- reads ----------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from .db.database import Database, SnapshotEnded
 from .db.replicas import Router
 from .hits import respond
 from .legs import Leg, elapsed_ms, missing, run_fused, run_leg, run_single
-from .models import (DEFAULT_CLASSIFICATION, PipelineInfo, SearchRequest, SearchResponse,
-                     parse_classifications, parse_search_request)
+from .models import (PipelineInfo, SearchRequest, SearchResponse, parse_classifications,
+                     parse_search_request)
 from .pipelines import Pipeline
 from .scope import Principal, Scope, resolve_classifications, validate_filters
 from .strategies.base import Context
@@ -193,19 +193,23 @@ class Engine:
 
     # -- pipelines and documents ------------------------------------------------------
 
-    def pipelines(self, principal: Principal) -> list[PipelineInfo]:
-        """The pipelines this principal may read, with counts of what it may see."""
+    def pipelines(self, principal: Principal, *, classification: Any = None
+                  ) -> list[PipelineInfo]:
+        """The pipelines this principal may read, with counts of what the request holds
+        (``classification``, or by default what a document listing holds)."""
+        asked = parse_classifications(classification) if classification is not None else None
         with self.db.snapshot(principal.tenant) as snapshot:
-            visible = _visible(snapshot.conn, principal)
+            held = _held(snapshot.conn, principal, asked)
             return pipelines.infos(snapshot.conn, [
                 p for p in pipelines.list_all(snapshot.conn) if principal.allows(p.name, "read")],
-                visible)
+                held)
 
-    def pipeline(self, principal: Principal, name: str) -> PipelineInfo:
-        principal.require(name, "read")
-        with self.db.snapshot(principal.tenant) as snapshot:
-            pipeline = pipelines.get(snapshot.conn, name)
-            return pipelines.info(snapshot.conn, pipeline, _visible(snapshot.conn, principal))
+    def pipeline(self, principal: Principal, name: str, *,
+                 classification: Any = None) -> PipelineInfo:
+        """One pipeline with counts of what the request holds, as ``documents`` lists it
+        (less the quarantined documents a writer sees flagged there)."""
+        with self._reading(principal, name, classification) as (conn, pipeline, held, _):
+            return pipelines.info(conn, pipeline, held)
 
     @contextmanager
     def _reading(self, principal: Principal, pipeline_name: str, classification: Any
@@ -257,11 +261,13 @@ def _may_end(asked: SearchRequest, plan: planner.Plan, page: paging.Page) -> boo
                 or asked.group_by == "document")
 
 
-def _visible(conn: psycopg.Connection, principal: Principal) -> tuple[str, ...] | None:
-    """What a principal's counts may include: None (everything) for an unbounded one."""
-    if principal.classifications is None:
-        return None
-    return resolve_classifications(conn, (*principal.classifications, DEFAULT_CLASSIFICATION))
+def _held(conn: psycopg.Connection, principal: Principal,
+          asked: tuple[str, ...] | None) -> tuple[str, ...]:
+    """What a request holds, resolved (Engine._resolve's answer, without a pipeline)."""
+    asked = asked or principal.default_classifications
+    if principal.classifications is not None:
+        opening.check_bound(asked, resolve_classifications(conn, principal.classifications))
+    return resolve_classifications(conn, asked)
 
 
 def _has_graph(conn: psycopg.Connection, pipeline: Pipeline) -> bool:

@@ -123,11 +123,11 @@ WITH d AS (SELECT pipeline_id, id, current_version FROM pgbraid.documents
      v AS (SELECT v.pipeline_id, count(*) FILTER (WHERE v.version = d.current_version) AS documents,
                   count(*) AS versions
            FROM pgbraid.versions v JOIN d ON d.pipeline_id = v.pipeline_id AND d.id = v.document_id
-           WHERE v.pipeline_id = ANY(%(p)s) AND (%(all)s OR v.classifications && %(c)s)
+           WHERE v.pipeline_id = ANY(%(p)s) AND v.classifications && %(c)s
            GROUP BY v.pipeline_id),
      f AS (SELECT pipeline_id, count(*) AS fragments FROM pgbraid.fragments
            WHERE pipeline_id = ANY(%(p)s) AND current AND NOT quarantined
-             AND (%(all)s OR classifications && %(c)s)
+             AND classifications && %(c)s
            GROUP BY pipeline_id)
 SELECT p.id, coalesce(v.documents, 0), coalesce(v.versions, 0), coalesce(f.fragments, 0)
 FROM unnest(%(p)s::bigint[]) AS p(id) LEFT JOIN v ON v.pipeline_id = p.id
@@ -136,20 +136,19 @@ LEFT JOIN f ON f.pipeline_id = p.id
 
 
 def infos(conn: psycopg.Connection, pipelines: list[Pipeline],
-          visible: tuple[str, ...] | None = None) -> list[PipelineInfo]:
-    """Each pipeline with counts of what ``visible`` classifications may see (None: all),
-    quarantined documents left out (they count for no search): one statement for all,
-    index-only scans (migration 059) under the tenant's row-level security."""
+          visible: tuple[str, ...]) -> list[PipelineInfo]:
+    """Each pipeline with counts of what ``visible`` (resolved) classifications see, as a
+    document listing holding them lists, quarantined documents left out (they count for
+    no search): one statement for all, index-only scans (migration 059) under the
+    tenant's row-level security."""
     if not pipelines:
         return []
     counts = {row[0]: row[1:] for row in conn.execute(
-        _COUNTS, {"p": [p.id for p in pipelines], "all": visible is None,
-                  "c": list(visible or ())})}
+        _COUNTS, {"p": [p.id for p in pipelines], "c": list(visible)})}
     return [_info(p, *counts[p.id]) for p in pipelines]
 
 
-def info(conn: psycopg.Connection, pipeline: Pipeline,
-         visible: tuple[str, ...] | None = None) -> PipelineInfo:
+def info(conn: psycopg.Connection, pipeline: Pipeline, visible: tuple[str, ...]) -> PipelineInfo:
     """One pipeline's ``infos``."""
     return infos(conn, [pipeline], visible)[0]
 

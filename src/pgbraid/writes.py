@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Literal
 from . import (audit, embedders, encryption, housekeeping, live as live_fetch, pipelines,
                rotation)
 from .errors import NotEnabled
-from .ingest import guard, quarantine
+from .ingest import guard, quarantine, records
 from .ingest.batches import IngestReport, ingest
 from .ingest.readers import FieldMap, items
 from .ingest.writer import delete_document
@@ -108,8 +108,11 @@ class Writes:
     def ingest(self, pipeline: str, source: Iterable[Path | str] | Iterable[dict[str, Any]], *,
                fields: FieldMap = FieldMap(), on_error: Literal["continue", "stop"] = "continue",
                progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
-        """Ingest files/folders (paths) or records (dicts in the JSONL format)."""
+        """Ingest files/folders (paths) or records (dicts in the JSONL format). Every
+        record is checked first (ingest/records.py): one with an unknown field or a
+        wrong type refuses the call, and nothing of it is written."""
         self.principal.require(pipeline, "write")
+        source = records.checked(source, fields)
         with self._session() as conn:
             target = dataclasses.replace(pipelines.get(conn, pipeline), keyring=self.keyring,
                                          bound=guard.bound_for(conn, self.principal))

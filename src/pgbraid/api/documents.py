@@ -20,10 +20,10 @@ from typing import Any, Optional
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
 
 from ..client import Client
 from ..errors import InvalidRequest, PayloadTooLarge
+from ..ingest.records import check_record
 from .auth import caller
 from .errors import documented
 from .schemas import (DocumentExpired, DocumentIn, DocumentOut, DocumentPage, FragmentOut,
@@ -85,18 +85,8 @@ def _json(raw: bytes, where: str) -> Any:
 
 
 def _record(where: str, item: Any) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise InvalidRequest(f"{where}: a document is a JSON object", field="body")
-    try:
-        document = DocumentIn.model_validate(item)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"])
-        reason = (f"unknown field {field!r} (extra fields belong in metadata)"
-                  if error["type"] == "extra_forbidden" else f"{field}: {error['msg']}")
-        raise InvalidRequest(f"{where}: {reason}", field=field) from None
-    check_path_id(str(document.id), "id")
-    return document.model_dump(exclude_none=True)
+    """One document of the body, checked as ``Client.ingest`` checks a record (records.py)."""
+    return check_record(where, item).model_dump(exclude_none=True)
 
 
 @router.post("/pipelines/{pipeline}/documents", response_model=IngestReportOut,

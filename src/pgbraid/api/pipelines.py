@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Optional
+
+from fastapi import APIRouter, Depends, Query
 
 from ..client import Client
 from ..live.config import LiveSource
@@ -12,6 +14,9 @@ from .errors import documented
 from .schemas import Deleted, PipelineCreate, PipelineDeleted
 
 router = APIRouter(tags=["pipelines"])
+CountedAs = Query(None, description=(
+    "Classifications held, comma-separated (narrows the key's): the counts are of what "
+    "they hold, as the document listing's (default: the key's and public)."))
 
 
 @router.post("/pipelines", status_code=201, response_model=PipelineInfo,
@@ -25,14 +30,18 @@ def create_pipeline(body: PipelineCreate, client: Client = Depends(caller)) -> P
 
 
 @router.get("/pipelines", response_model=list[PipelineInfo], responses=documented())
-def list_pipelines(client: Client = Depends(caller)) -> list[PipelineInfo]:
-    """The pipelines this key may read, with counts of what it may see."""
-    return client.pipelines()
+def list_pipelines(classification: Optional[str] = CountedAs,
+                   client: Client = Depends(caller)) -> list[PipelineInfo]:
+    """The pipelines this key may read, with counts of what the request holds: the
+    documents ``GET /pipelines/{p}/documents`` lists for it, less quarantined ones."""
+    return client.pipelines(classification=classification)
 
 
 @router.get("/pipelines/{pipeline}", response_model=PipelineInfo, responses=documented())
-def show_pipeline(pipeline: str, client: Client = Depends(caller)) -> PipelineInfo:
-    return client.pipeline(pipeline)
+def show_pipeline(pipeline: str, classification: Optional[str] = CountedAs,
+                  client: Client = Depends(caller)) -> PipelineInfo:
+    """One pipeline, with counts as ``GET /pipelines`` gives them."""
+    return client.pipeline(pipeline, classification=classification)
 
 
 @router.delete("/pipelines/{pipeline}", response_model=PipelineDeleted, responses=documented())

@@ -14,6 +14,7 @@ from fastapi import Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from ..errors import InvalidRequest
+from ..ingest.records import DocumentIn, check_path_id  # noqa: F401  (re-exported)
 from ..live.config import LiveSource
 from ..models import NAME_RE, SearchRequest, as_of_field, shown, validate_name
 
@@ -70,18 +71,6 @@ class PipelineCreate(Body):
     """Top-level metadata fields to seal too (needs ``encrypt``)."""
     live: LiveSource | None = None
     """A live source: what a search may fetch when the corpus lacks it (live fetch)."""
-
-
-class DocumentIn(Body):
-    """One document of the JSONL ingestion format; extra fields belong in ``metadata``."""
-
-    id: str | int
-    text: str
-    title: str | None = None
-    metadata: dict[str, Any] | None = None
-    classification: list[str] | str | None = None
-    language: str | None = None
-    embedding: list[float] | None = None
 
 
 class SearchBody(SearchRequest):
@@ -401,15 +390,6 @@ class Status(Out):
 
 
 # -- checks -----------------------------------------------------------------------------
-
-def check_path_id(value: str, field: str = "document_id") -> str:
-    """An id that travels in a URL path: no empty, '.' or '..' segment (a path that
-    a client or proxy would normalise away is not an id)."""
-    if any(part in ("", ".", "..") for part in value.split("/")):
-        raise InvalidRequest(f"{field} {shown(value)} has an empty, '.' or '..' path segment",
-                             field=field)
-    return value
-
 
 _QUERY_NAMES: dict[int, frozenset[str]] = {}
 

@@ -186,19 +186,25 @@ def pipeline_delete(name: str, as_json: bool = JsonOpt) -> None:
             show_warnings(body["warnings"])
 
 
+CountedAs = typer.Option(None, "--classification", help=(
+    "Count what these classifications hold, comma-separated (default: as document list, "
+    "the principal's and public)."))
+
+
 @pipeline_app.command("list")
-def pipeline_list(as_json: bool = JsonOpt) -> None:
+def pipeline_list(classification: Optional[str] = CountedAs, as_json: bool = JsonOpt) -> None:
     """List pipelines with their counts."""
     with handled(as_json), connect() as client:
-        items = client.pipelines()
+        items = client.pipelines(classification=classification)
         emit([p.model_dump() for p in items]) if as_json else show_pipelines(items)
 
 
 @pipeline_app.command("show")
-def pipeline_show(name: str, as_json: bool = JsonOpt) -> None:
+def pipeline_show(name: str, classification: Optional[str] = CountedAs,
+                  as_json: bool = JsonOpt) -> None:
     """Show one pipeline."""
     with handled(as_json), connect() as client:
-        info = client.pipeline(name)
+        info = client.pipeline(name, classification=classification)
         emit(info.model_dump()) if as_json else show_mapping(f"pipeline {name}", info.model_dump())
 
 

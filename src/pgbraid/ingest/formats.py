@@ -24,6 +24,7 @@ from .readers import FieldMap, ReadError, SourceDocument, document_from_record
 CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".tab")
 JSON_SUFFIXES = (".json", ".json.gz")
 MAX_ERRORS = 20  # per file: past this, one line says how many more
+NOTHING_WRITTEN = " (nothing of this file was ingested)"
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # fields as long as a document may be
 
 
@@ -52,12 +53,19 @@ def read_file(path: Path, fields: FieldMap) -> Iterator[SourceDocument | ReadErr
     if not errors and not documents:
         errors.append(ReadError(str(path), "the file holds no records"))
     if errors:
-        yield from errors[:MAX_ERRORS]
-        if len(errors) > MAX_ERRORS:
-            yield ReadError(str(path), f"{len(errors) - MAX_ERRORS} more bad records")
-        yield ReadError(str(path), "nothing of this file was ingested: fix the records above")
+        yield from _failed(path, errors)
         return
     yield from documents
+
+
+def _failed(path: Path, errors: list[ReadError]) -> Iterator[ReadError]:
+    """A failed file's report: one failure a problem (a file that is no records at all is
+    one), each saying the file was not written, rather than one more failure saying it."""
+    for error in errors[:MAX_ERRORS]:
+        yield ReadError(error.source, f"{error.message}{NOTHING_WRITTEN}")
+    if len(errors) > MAX_ERRORS:
+        yield ReadError(str(path), f"{len(errors) - MAX_ERRORS} more bad records"
+                                   f"{NOTHING_WRITTEN}")
 
 
 class _FileError(Exception):
@@ -127,10 +135,7 @@ def _records(path: Path, data: Any, key: str | None) -> tuple[list, str]:
     if key is None:
         if isinstance(data, list):
             return data, "array"
-        arrays = sorted(k for k, v in data.items() if isinstance(v, list)) if isinstance(data, dict) else []
-        hint = f" (arrays in it: {', '.join(arrays)})" if arrays else ""
-        raise _FileError(str(path), "the JSON is an object, not an array of records: name the"
-                                    f" array holding them with --records{hint}")
+        raise _FileError(str(path), _no_array(data))
     value = data
     for part in key.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -139,3 +144,25 @@ def _records(path: Path, data: Any, key: str | None) -> tuple[list, str]:
     if not isinstance(value, list):
         raise _FileError(str(path), f"{key!r} in the JSON is not an array (--records)")
     return value, key
+
+
+def _no_array(data: Any) -> str:
+    """Why a JSON file without ``--records`` is no array of records, and the option that
+    reads it: the arrays of objects it holds (top level, or one level down)."""
+    if not isinstance(data, dict):
+        return "the JSON is a single value, not an array of records"
+    arrays = _arrays(data) or [f"{k}.{n}" for k, v in data.items() if isinstance(v, dict)
+                               for n in _arrays(v)]
+    if len(arrays) == 1:
+        return (f"the JSON is an object holding its records in an array under {arrays[0]!r}:"
+                f" pass --records {arrays[0]}")
+    if arrays:
+        return ("the JSON is an object, not an array of records: pass --records with one of:"
+                f" {', '.join(arrays[:10])}")
+    return "the JSON is an object with no array of records in it (--records names one)"
+
+
+def _arrays(data: dict[str, Any]) -> list[str]:
+    """The keys of ``data`` that hold an array of objects (judged by its first item)."""
+    return sorted(k for k, v in data.items()
+                  if isinstance(v, list) and all(isinstance(x, dict) for x in v[:1]))

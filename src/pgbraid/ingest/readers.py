@@ -115,8 +115,8 @@ def expand(paths: list[Path]) -> Iterator[tuple[Path, Path] | ReadError | Skippe
 
 
 def items(source: Iterable[Any], fields: FieldMap = FieldMap()) -> Iterator[SourceDocument | ReadError]:
-    """Records (dicts in the JSONL format) and paths (files, folders), read in turn; a bad
-    record is a ReadError, not raised."""
+    """Records (dicts in the JSONL format, checked by records.checked) and paths (files,
+    folders), read in turn; a record that cannot be stored is a ReadError, not raised."""
     paths: list[Path] = []
     for item in source:
         if isinstance(item, dict):
@@ -211,7 +211,8 @@ def _parse_line(raw: bytes, where: str, fields: FieldMap) -> SourceDocument | Re
 
 def document_from_record(record: dict[str, Any], fields: FieldMap = FieldMap(), *,
                          source: str | None = None) -> SourceDocument:
-    """Validate one JSONL/API record; unmapped top-level fields join the metadata."""
+    """Validate one record; unmapped top-level fields join the metadata (a file's record:
+    a record given as data has none, records.py refused them by name)."""
     doc_id = record.get(fields.id)
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
