@@ -57,15 +57,27 @@ def test_an_unknown_field_says_where_it_belongs(offline):
         offline.ingest("docs", [{"id": "a", "text": "x", "bogus": 1}])
 
 
-def test_a_refused_call_writes_nothing_even_from_an_iterator(client, pipeline):
-    def records():
-        yield from ({"id": f"d{i}", "text": f"pump {i}"} for i in range(200))  # 4 batches
-        yield {"id": "late", "text": "x", "tags": ["a"]}
-
+def test_a_list_is_refused_whole_and_a_generator_streams(client, pipeline):
+    """A list is checked whole first: one bad record refuses the call and nothing is
+    written. A generator is never held whole: a bad record fails alone, named, and the
+    records around it are written."""
+    good = [{"id": f"d{i}", "text": f"pump {i}"} for i in range(200)]  # 4 batches
+    bad = {"id": "late", "text": "x", "tags": ["a"]}
     with pytest.raises(InvalidRequest, match="record 201: unknown field 'tags'"):
-        client.ingest(pipeline, records())
+        client.ingest(pipeline, [*good, bad])
     assert client.pipeline(pipeline).documents == 0
     assert client.documents(pipeline)["documents"] == []
+
+    def records():
+        yield from good
+        yield bad
+        yield {"id": "after", "text": "valve"}
+
+    report = client.ingest(pipeline, records())
+    assert report.added == 201
+    assert [(f.source, f.message) for f in report.failed] == [
+        ("record 201", "unknown field 'tags' (extra fields belong in metadata)")]
+    assert client.pipeline(pipeline).documents == 201
 
 
 def test_what_the_schema_cannot_see_still_fails_alone(client, pipeline):

@@ -119,7 +119,9 @@ def items(source: Iterable[Any], fields: FieldMap = FieldMap()) -> Iterator[Sour
     folders), read in turn; a record that cannot be stored is a ReadError, not raised."""
     paths: list[Path] = []
     for item in source:
-        if isinstance(item, dict):
+        if isinstance(item, ReadError):  # records.checked: a streamed record refused
+            yield item
+        elif isinstance(item, dict):
             where = f"record {shown(item.get(fields.id))}"
             try:
                 yield document_from_record(item, fields, source=where)

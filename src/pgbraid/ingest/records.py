@@ -3,8 +3,9 @@
 
 A record names only the schema's fields (``id``, ``title``, ``text``, ``metadata``,
 ``classification``, ``language``, ``embedding``; a ``FieldMap`` may rename them): an
-unknown field is refused by name, a wrong type by field, and the call is refused
-whole before anything of it is written. What the schema cannot see (NUL in a text,
+unknown field is refused by name, a wrong type by field: a list of records is
+refused whole before anything of it is written, a lazy source's bad record fails
+alone (``checked``). What the schema cannot see (NUL in a text,
 a vector of the wrong size) fails that record alone when it is read (readers.py).
 Files are not records of this kind: their unmapped fields join the metadata
 (readers.py, formats.py).
@@ -13,13 +14,13 @@ Files are not records of this kind: their unmapped fields join the metadata
 from __future__ import annotations
 
 from os import PathLike
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from ..errors import InvalidRequest
 from ..models import invalid, printable, shown
-from .readers import FieldMap
+from .readers import FieldMap, ReadError
 
 
 def _document_id(value: Any) -> Any:
@@ -96,17 +97,36 @@ def _names(fields: FieldMap) -> dict[str, str]:
     return renamed
 
 
-def checked(source: Iterable[Any], fields: FieldMap = FieldMap()) -> list[Any]:
-    """``Client.ingest``'s source as a list of records and paths, every record checked
-    before anything is written (an iterator of records is read whole first)."""
+def checked(source: Iterable[Any], fields: FieldMap = FieldMap()) -> Iterable[Any]:
+    """``Client.ingest``'s source of records and paths. A list (any sequence) is checked
+    whole before anything is written: one bad record refuses the call. A lazy source (a
+    generator, a file's reader) is streamed, never held whole in memory: each record is
+    checked as it is read, and a bad one fails alone in the report (a ReadError naming it
+    and its field), as a bad line of a JSONL file does."""
     if isinstance(source, (str, bytes, PathLike, dict)):
         raise InvalidRequest("ingest takes a list of records (dicts) or paths, not one "
                              f"{type(source).__name__}: wrap it in a list", field="source")
-    listed = list(source)
-    for number, item in enumerate(listed, start=1):
-        if isinstance(item, dict):
-            check_record(f"record {number}", item, fields)
-        elif not isinstance(item, (str, PathLike)):
-            raise InvalidRequest(f"record {number}: a document is a dict (or a path to a file "
-                                 f"or folder), not {type(item).__name__}", field="source")
-    return listed
+    if isinstance(source, Sequence):
+        for number, item in enumerate(source, start=1):
+            _check_item(number, item, fields)
+        return source
+    return _streamed(source, fields)
+
+
+def _streamed(source: Iterable[Any], fields: FieldMap) -> Iterator[Any]:
+    for number, item in enumerate(source, start=1):
+        try:
+            _check_item(number, item, fields)
+        except InvalidRequest as exc:
+            where = f"record {number}"
+            yield ReadError(where, exc.message.removeprefix(f"{where}: "))
+            continue
+        yield item
+
+
+def _check_item(number: int, item: Any, fields: FieldMap) -> None:
+    if isinstance(item, dict):
+        check_record(f"record {number}", item, fields)
+    elif not isinstance(item, (str, PathLike)):
+        raise InvalidRequest(f"record {number}: a document is a dict (or a path to a file "
+                             f"or folder), not {type(item).__name__}", field="source")
