@@ -75,7 +75,7 @@ def test_long_texts_go_fewer_to_a_batch_with_the_same_vectors(model):
     long = [f"Vulnerability {i}: " + "a remote attacker can execute arbitrary code " * 40
             for i in range(12)]
     short = [f"note {i} on pumps" for i in range(40)]
-    spy = _Shapes(model._session)
+    spy = _Shapes(model._documents())  # made on first use
     model._session, real = spy, model._session
     try:
         vectors = model.embed_documents(long + short)

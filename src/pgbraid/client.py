@@ -15,7 +15,7 @@ from .db.replicas import Router, split_dsns
 from .db.server import EmbeddedServer
 from .engine import Engine
 from .entities import Entities
-from .errors import InvalidRequest
+from .errors import InvalidRequest, PgbraidError
 from .live import search as live_search
 from .live.admin import LiveSources
 from .models import (PipelineInfo, SearchResponse, parse_as_of, parse_version,
@@ -72,14 +72,29 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
     def warm_up(self) -> None:
         """Pay now what a process's first search would: open the pool (migrating, Citus
         check, pgvector adapters), build the engine, load the language model (the
-        query's language is detected). ``pgbraid serve`` calls it before it listens. The
-        model first: it needs no server, so a server down at start-up leaves only the pool
-        for the first request."""
+        query's language is detected) and the default embedder's query side (a
+        similarity search embeds its query). ``pgbraid serve`` calls it before it
+        listens. The models first: they need no server, so a server down at start-up
+        leaves only the pool for the first request; an embedder that cannot load is
+        raised last, after the rest is warm (it fails only searches that embed)."""
         from .ingest.language import load_model
 
         load_model()
+        unloaded = self._warm_embedder()
         self._db.open()
         self.engine  # noqa: B018  (built once, under its lock)
+        if unloaded is not None:
+            raise unloaded
+
+    def _warm_embedder(self) -> PgbraidError | None:
+        """Load the default embedder and embed one query (its session and first run).
+        The default, not the pipelines' embedders: which ones the server's pipelines use
+        is each tenant's to read (row-level security), and new pipelines take it."""
+        try:
+            self.embedder(embedders.DEFAULT).embed_query("warm-up")
+        except PgbraidError as exc:
+            return exc
+        return None
 
     def migrate(self) -> dict[str, list[str]]:
         """Apply pending migrations (done on first use anyway); what was applied now, and

@@ -11,12 +11,16 @@ The auto planner, from the query's shape to a mix of strategies and weights:
   paths, code identifiers, quoted phrases) weigh lexical strategies, add an
   exact ``fulltext`` leg over the identifiers, and promote hits that contain
   them verbatim;
-- natural-language questions weigh ``similarity``;
-- short capitalised names add ``fuzzy``; when bm25 then finds a query word
+- natural-language questions, and long queries (six words or more), weigh
+  ``similarity``;
+- short capitalised names add ``fuzzy`` (a query holding an identifier, or dotted
+  code such as ``Vector2.normalized``, is not a name); when bm25 then finds a query word
   nowhere in scope (df 0: a likely misspelling), other short queries get a
   fuzzy leg after the others (``follow_up``) and fuzzy's ranking leads the
   fused list (``leader``);
-- a known entity name adds ``graph`` when the pipeline has a graph.
+- a known entity name adds ``graph`` when the pipeline has a graph;
+- a query without a letter or a digit ("!!! ???") has no words to search: it is
+  planned as keywords, and every leg answers nothing and says why.
 The plan and the reasons are reported in the trace.
 """
 
@@ -32,7 +36,7 @@ from . import strategies
 from .errors import InvalidRequest
 from .models import SearchRequest, number, printable
 from .strategies import params
-from .strategies.base import Context
+from .strategies.base import NO_WORDS, Context, has_words
 
 FUSED = ("hybrid", "auto")
 HISTORY = "history"
@@ -68,6 +72,11 @@ NOT_PROMOTED = {"mixed-case"}
 QUESTION = re.compile(r"^(?:who|what|when|where|why|which|how|is|are|can|could|does|do|should|"
                       r"would|will|did)\b", re.I)
 NAME = re.compile(r"^(?:[A-Z][\w&.,'-]*)(?:\s+(?:[A-Z][\w&.,'-]*|&|and|of|de|the)){0,5}$")
+DOTTED = re.compile(r"(?<!\w)\w{2,}+\.[a-z_]\w*")
+"""Code's member access (Vector2.normalized, Node.js, os.path): a dot between a word of
+two characters or more and a lower-case one; names have initials (J.P. Morgan) or a
+capital after their dot (Dr.Reddy's). Possessive and anchored at a word's start: linear."""
+LONG_QUERY_WORDS = 6
 
 
 @dataclass(frozen=True)
@@ -152,8 +161,20 @@ def promotable(found: list[tuple[str, str]]) -> list[str]:
 
 
 def looks_like_name(query: str) -> bool:
+    """Up to six capitalised words, not a question, and no identifier: a CVE or ATT&CK
+    id, a hash, a domain or dotted code is looked up as written, not misspelled, and a
+    fuzzy leg over it, widened, was hybrid's slowest leg for nothing (mixed-case words
+    still count: eBay, iPhone)."""
     words = query.split()
-    return 1 <= len(words) <= 6 and bool(NAME.match(query.strip())) and not query.strip().endswith("?")
+    return (1 <= len(words) <= 6 and bool(NAME.match(query.strip()))
+            and not query.strip().endswith("?") and not promotable(identifiers(query))
+            and not DOTTED.search(query))
+
+
+def is_question(query: str) -> bool:
+    """A question word first, or a question mark last, in a query that has words."""
+    stripped = query.strip()
+    return has_words(query) and (bool(QUESTION.match(stripped)) or stripped.endswith("?"))
 
 
 def plan(query: str, *, graph: bool = False) -> Plan:
@@ -163,7 +184,6 @@ def plan(query: str, *, graph: bool = False) -> Plan:
     if not promotable(found):
         found = []
     words = re.findall(r"[^\W\d_]{2,}", query)
-    question = bool(QUESTION.match(query.strip())) or query.strip().endswith("?")
     if found:
         exact = [text for kind, text in found]
         rest = query
@@ -177,11 +197,17 @@ def plan(query: str, *, graph: bool = False) -> Plan:
         kinds = sorted({kind for kind, _ in found})
         return Plan(legs, [f"exact identifiers ({', '.join(kinds)}): lexical legs weigh most, "
                            "hits holding them verbatim come first"], promotable(found))
-    if question or len(words) >= 6:
+    if is_question(query):
         return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
                     ["natural-language question: semantic leg weighs most"])
+    if len(words) >= LONG_QUERY_WORDS:
+        return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
+                    [f"a long query ({LONG_QUERY_WORDS} words or more): semantic leg weighs "
+                     "most"])
     legs = [Leg("bm25", 1.0), Leg("similarity", 1.0)]
     reasons = ["keywords: lexical and semantic legs weigh the same"]
+    if not has_words(query):
+        reasons = [f"{NO_WORDS}: every leg finds nothing"]
     if looks_like_name(query):
         legs.append(Leg("fuzzy", 1.0))
         reasons.append("looks like a name: fuzzy catches misspellings")
@@ -204,8 +230,7 @@ def follow_up(request: SearchRequest, chosen: Plan, missing: list[str]) -> Leg |
     if (request.type != "auto" or not missing or request.params.get("strategies")
             or any(leg.strategy == "fuzzy" for leg in chosen.legs)
             or not any(leg.strategy == "bm25" for leg in chosen.legs)
-            or not 1 <= len(words) <= 6 or QUESTION.match(request.query.strip())
-            or request.query.strip().endswith("?")):
+            or not 1 <= len(words) <= 6 or is_question(request.query)):
         return None
     leg = Leg("fuzzy", 1.0)
     chosen.legs.append(leg)
@@ -333,6 +358,8 @@ def for_request(request: SearchRequest, *, graph: bool = False) -> Plan:
     if names is None:
         names = ["bm25", "similarity"]
         reasons = ["default mix: bm25 + similarity"]
+        if not has_words(request.query):
+            reasons.append(f"{NO_WORDS}: every leg finds nothing")
         if looks_like_name(request.query):
             names.append("fuzzy")
             reasons.append("looks like a name: fuzzy added")

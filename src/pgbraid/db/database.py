@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import BackendTimeout, BackendUnavailable, InvalidRequest, PgbraidError
 from . import pipelining
+from .liveness import in_words, lost
 from .migrations import migrate, superuser_steps
 from .transaction_settings import LOGIN_ROLE, set_local
 
@@ -117,11 +118,41 @@ class Database:
             self._pool = None
 
     @contextmanager
-    def session(self, tenant: str, *, role: str | None = None) -> Iterator[psycopg.Connection]:
-        """One transaction under the tenant's row-level security (as ``role`` when given)."""
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """``ConnectionPool.connection`` (commit or roll back at the end, then return it),
+        over ``checkout``: never a connection that died while it sat in the pool."""
         self.open()
         assert self._pool is not None
-        with self._workers_named(), translate_errors(), self._pool.connection() as conn, \
+        conn = self.checkout()
+        try:
+            with conn:
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    def checkout(self, timeout: float | None = None) -> psycopg.Connection:
+        """A pooled connection (``putconn`` it back) that the server has not closed while
+        it was idle. A restart leaves every idle connection dead: when one is, the pool
+        probes the others at once (``check``) and replaces the dead ones, so no request
+        after a restart fails on a connection of the old server. PoolTimeout, chained
+        from why the connection was lost, when no new one comes in time."""
+        assert self._pool is not None
+        conn = self._pool.getconn(timeout)
+        why = lost(conn)
+        if why is None:
+            return conn
+        self._pool.putconn(conn)  # broken: the pool discards it and connects anew
+        logger.warning("a pooled connection was dead: %s; probing the others", in_words(why))
+        self._pool.check()
+        try:
+            return self._pool.getconn(timeout)
+        except PoolTimeout as exc:
+            raise exc from why
+
+    @contextmanager
+    def session(self, tenant: str, *, role: str | None = None) -> Iterator[psycopg.Connection]:
+        """One transaction under the tenant's row-level security (as ``role`` when given)."""
+        with self._workers_named(), translate_errors(), self._connection() as conn, \
                 conn.transaction():
             self._enter(conn, tenant, role)
             yield conn
@@ -149,9 +180,7 @@ class Database:
         sessions can share it (``Snapshot.leg``). BEGIN, the tenant's settings and
         what ``opening`` sends (it returns its cursors: ``Snapshot.opened``) travel
         in one round trip (a pipeline); their rows are read after it."""
-        self.open()
-        assert self._pool is not None
-        with self._workers_named(), translate_errors(), self._pool.connection() as conn:
+        with self._workers_named(), translate_errors(), self._connection() as conn:
             def first() -> Any:
                 self._enter(conn, tenant)
                 return opening(conn) if opening is not None else None
@@ -182,9 +211,7 @@ class Database:
     @contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
         """A connection as the login role, outside RLS (index builds, diagnostics)."""
-        self.open()
-        assert self._pool is not None
-        with translate_errors(), self._pool.connection() as conn:
+        with translate_errors(), self._connection() as conn:
             yield conn
 
 
@@ -226,7 +253,7 @@ class Snapshot:
             yield None
             return
         try:
-            conn = self.db._pool.getconn(timeout=LEG_WAIT_S)
+            conn = self.db.checkout(LEG_WAIT_S)
         except PoolTimeout:
             yield None
             return
@@ -311,12 +338,15 @@ def translate_errors() -> Iterator[None]:
     except PgbraidError:
         raise
     except PoolTimeout as exc:
+        if isinstance(exc.__cause__, psycopg.Error):  # Database.checkout: one died, none came
+            raise BackendUnavailable(f"PostgreSQL is unavailable: {in_words(exc.__cause__)}; no "
+                                     "new connection came in time") from exc
         raise BackendUnavailable("no PostgreSQL connection came in time: the server is down "
                                  "or every pooled connection is busy") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise BackendTimeout("PostgreSQL cancelled the statement (statement timeout)") from exc
     except psycopg.OperationalError as exc:
-        raise BackendUnavailable(f"PostgreSQL is unavailable: {exc.sqlstate or 'connection lost'}") from exc
+        raise BackendUnavailable(f"PostgreSQL is unavailable: {in_words(exc)}") from exc
     except psycopg.DataError as exc:  # class 22: a value PostgreSQL cannot take
         raise InvalidRequest(f"PostgreSQL refused a value of the request "
                              f"(SQLSTATE {exc.sqlstate or 'none: NUL byte'})") from exc

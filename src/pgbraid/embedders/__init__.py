@@ -20,6 +20,9 @@ from ..errors import InvalidRequest
 from ..models import shown
 
 NAMES = ("minilm", "e5-multilingual", "openai", "none")
+DEFAULT = "minilm"
+"""What a new pipeline embeds with unless told otherwise (``pgbraid serve`` loads it
+before it listens)."""
 DIMENSIONS = {"minilm": 384, "e5-multilingual": 384}
 
 

@@ -6,10 +6,13 @@ model's max_seq_length). Batches are sorted by length so padding stays small,
 and long texts go fewer to a batch (``ATTENTION_BUDGET``).
 The model file's sha256 is checked before it is loaded.
 
-Queries have their own ONNX session (one intra-op thread, made on first use,
-runs are thread-safe), so a search never waits behind an ingestion's batch on
-the document session's lock: measured with bench/contention.py, a query's p95
-during a 500-document ingest fell from seconds to tens of milliseconds.
+Queries have their own ONNX session (one intra-op thread, runs are
+thread-safe), so a search never waits behind an ingestion's batch on the
+document session's lock: measured with bench/contention.py, a query's p95
+during a 500-document ingest fell from seconds to tens of milliseconds. Each
+session is made on first use (about 0.3 s and 90-160 MB each, measured): a
+process that only searches (``pgbraid serve`` warms the query side up) never
+builds the document one.
 """
 
 from __future__ import annotations
@@ -82,13 +85,14 @@ class MiniLM:
     def __init__(self) -> None:
         from tokenizers import Tokenizer
 
-        self._session = _session(_verified(_model_path()))
+        _verified(_model_path())  # a wrong file fails here, not at the first use
         tokenizer_file = resources.files("pgbraid.embedders") / "minilm-tokenizer.json"
         self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()  # the shipped file pads to 128; we pad per batch
         self._lock = threading.Lock()
         """Document batches one at a time: each already uses every core."""
+        self._session: Any = None
         self._query_session: Any = None
         self._query_lock = threading.Lock()
 
@@ -97,8 +101,14 @@ class MiniLM:
         encodings = self._tokenizer.encode_batch(texts)
         for chunk in batches([len(e.ids) for e in encodings], self.batch_size):
             with self._lock:
-                out[chunk] = self._run([encodings[i] for i in chunk], self._session)
+                out[chunk] = self._run([encodings[i] for i in chunk], self._documents())
         return out
+
+    def _documents(self) -> Any:
+        """The document session, made on first use (callers hold ``_lock``)."""
+        if self._session is None:
+            self._session = _session(_verified(_model_path()))
+        return self._session
 
     def embed_query(self, text: str) -> np.ndarray:
         if self._query_session is None:

@@ -29,6 +29,15 @@ HIT_COLUMNS = """
 """
 
 
+NO_WORDS = "the query has no words (letters or digits) to search"
+
+
+def has_words(query: str | None) -> bool:
+    """A letter or a digit: something a strategy can match, rank or embed. Without one
+    (punctuation, symbols) a strategy answers nothing and says NO_WORDS."""
+    return any(char.isalnum() for char in query or "")
+
+
 @dataclass(frozen=True)
 class Row:
     fragment_id: int

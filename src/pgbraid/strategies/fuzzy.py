@@ -50,7 +50,7 @@ from ..models import SearchRequest
 from ..pipelines import Pipeline
 from ..scope import Scope
 from . import fuzzy_words
-from .base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from .base import HIT_COLUMNS, NO_WORDS, Context, Outcome, Row, Strategy, has_words
 from .params import PAGING, Param
 
 DEFAULT_THRESHOLD = 0.5
@@ -138,6 +138,8 @@ class Fuzzy(Strategy):
     def run(self, conn: psycopg.Connection, pipeline: Pipeline, request: SearchRequest,
             scope: Scope, k: int, context: Context) -> Outcome:
         threshold = self.param(request, "threshold")
+        if not has_words(request.query):  # pg_trgm takes no trigram from it: sends nothing
+            return Outcome([], {"threshold": threshold, "rows": 0, "explanation": NO_WORDS})
         method, long = _shape(conn, self.param(request, "method"), scope)
         def search(t: float) -> list[Row]:
             if method == "words":  # the thresholds set in its first round trip

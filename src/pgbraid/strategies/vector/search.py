@@ -35,7 +35,7 @@ from ...models import SearchRequest, shown
 from ...pipelines import Pipeline
 from ...scope import Scope
 from .store import Distance, check_vector, distance
-from ..base import HIT_COLUMNS, Context, Outcome, Row, Strategy
+from ..base import HIT_COLUMNS, NO_WORDS, Context, Outcome, Row, Strategy, has_words
 from ..params import PAGING, Param
 
 _NEAREST = """
@@ -75,6 +75,13 @@ class _Vector(Strategy):
         if not pipeline.embedder:
             return f"pipeline {pipeline.name!r} has no embedder (created with embedder 'none')"
         return None
+
+    def wordless(self, pipeline: Pipeline, request: SearchRequest) -> Outcome | None:
+        """No rows, and why, for a query without a letter or a digit: its embedding means
+        nothing, so its "nearest" fragments would be any (nothing is embedded or sent)."""
+        if "vector" in request.params or has_words(request.query):
+            return None
+        return Outcome([], {"embedder": pipeline.embedder, "rows": 0, "explanation": NO_WORDS})
 
     def query_vector(self, pipeline: Pipeline, request: SearchRequest,
                      context: Context) -> tuple[np.ndarray, float]:
@@ -121,6 +128,8 @@ class Similarity(_Vector):
             scope: Scope, k: int, context: Context) -> Outcome:
         strategy = distance(request.distance_strategy)
         threshold = self.param(request, "threshold")
+        if (nothing := self.wordless(pipeline, request)) is not None:
+            return nothing
         vector, embed_ms = self.query_vector(pipeline, request, context)
         rows = [Row(**r) for r in self.nearest(conn, pipeline, scope, vector, strategy, k)]
         if threshold is not None:
@@ -158,6 +167,8 @@ class MMR(_Vector):
         fetch_k = max(self.fetch_k(request), k)
         lambda_mult = self.param(request, "lambda_mult")
         threshold = self.param(request, "threshold")
+        if (nothing := self.wordless(pipeline, request)) is not None:
+            return nothing
         vector, embed_ms = self.query_vector(pipeline, request, context)
         candidates = self.nearest(conn, pipeline, scope, vector, strategy, fetch_k, with_vectors=True)
         if threshold is not None:
