@@ -14,6 +14,7 @@ from pgbraid.ingest import bm25_index
 from pgbraid.ingest.tokens import expand_code
 
 from .conftest import shared
+from .test_formats import KEV, KEV_FIELDS
 from .test_fulltext import PLAYER_PAGE, godot  # noqa: F401  (module fixture)
 
 PROCESS_BODY = '''func _process(delta):
@@ -150,6 +151,16 @@ def test_code_identifiers_match_their_parts(client, pipeline):
     assert exact.hits[0].document_id == "code"
     parts = client.search(pipeline, "animated sprite", type="bm25", params={"k": 2})
     assert {h.document_id for h in parts.hits} == {"code", "prose"}
+
+
+def test_an_unversioned_name_finds_its_versions_in_kev(client, pipeline):
+    client.ingest(pipeline, [KEV], fields=KEV_FIELDS)  # its records say "Log4j2", never "Log4j"
+    hits = client.search(pipeline, "Log4j", type="bm25", params={"k": 3}).hits
+    assert "CVE-2021-44228" in [h.document_id for h in hits]
+    # fulltext keeps PostgreSQL's words (log4j2); tokens.py says why
+    assert client.search(pipeline, "Log4j", type="fulltext").hits == ()
+    exact = client.search(pipeline, "Log4j2", type="fulltext", params={"k": 3}).hits
+    assert "CVE-2021-44228" in [h.document_id for h in exact]
 
 
 def test_an_expired_version_stops_counting(client, pipeline):

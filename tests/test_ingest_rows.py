@@ -13,7 +13,8 @@ from .conftest import shared
 
 # The tokens tokens.expand_code rewrites, as one pattern (its first form: a sub() of it).
 _CANDIDATE = re.compile(
-    r"(?<!\S)\S*?(?:_|[a-z][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9_]\.[A-Za-z_]|[A-Za-z0-9]-\d)\S*")
+    r"(?<!\S)\S*?(?:_|[a-z][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9_]\.[A-Za-z_]|[A-Za-z0-9]-\d"
+    r"|[A-Za-z][0-9])\S*")
 
 
 def _expanded_as_before(text: str) -> str:
@@ -42,3 +43,17 @@ def test_code_expansion_rewrites_the_tokens_the_pattern_finds():
         assert tokens.expand_code(text) == _expanded_as_before(text), text[:200]
         changed += tokens.expand_code(text) != text
     assert changed > 1000
+
+
+def test_a_versioned_identifier_also_yields_its_stem():
+    expand = tokens.expand_code
+    assert expand("Apache Log4j2 flaw") == "Apache Log4j Log4j2 flaw"
+    assert expand("python3.9 (covid19)") == "python python3.9 (covid covid19)"
+    assert expand("SMBv1 WNR2000v5") == "SMB SMBv1 SM Bv 1 WNR2000 WNR2000v5"
+    assert expand("Vector2.ZERO") == "Vector2.ZERO Vector Vector2 ZERO"
+    # a "v" is a version's only after a capital or a digit, where it cannot be the name's
+    assert expand("ipv6 HPV16") == "ipv ipv6 HPV HPV16"
+    # a stem under three characters would match every gene, model or protocol of its letters
+    for whole in ("p53", "IL6", "CD4", "TP53", "RV340", "x86"):
+        assert expand(whole) == whole
+    assert expand("IPv6") == "IPv6 I Pv 6"  # its camel parts, as before; no "IP"
