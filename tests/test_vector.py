@@ -294,3 +294,22 @@ def test_an_embedder_that_is_down_fails_the_batch_and_stores_nothing(data_dir, s
             client.ingest(name, PAGES)
         assert client.pipeline(name).documents == 0
     pgbraid.embedders.get.cache_clear()
+
+
+def test_a_failing_embedder_s_text_stays_in_the_log(client, monkeypatch, caplog):
+    """An embedder's exception text (a library's message may name files, hosts or keys)
+    reaches the log, not the caller: the error names the embedder and the exception's kind."""
+    name = f"fail-{uuid.uuid4().hex[:8]}"
+    client.create_pipeline(name)
+    client.ingest(name, [{"id": "a", "text": "pumps and valves"}])
+    model = client.embedder("minilm")
+
+    def broken(query):
+        raise RuntimeError("cannot open /secret/path/model.onnx with key sk-123")
+
+    monkeypatch.setattr(model, "embed_query", broken)
+    with pytest.raises(BackendUnavailable) as raised:
+        client.search(name, "valves", type="similarity")
+    assert "/secret" not in raised.value.message and "sk-123" not in raised.value.message
+    assert "RuntimeError" in raised.value.message
+    assert "sk-123" in caplog.text

@@ -21,6 +21,7 @@ scan of the fragments valid then (strategies/history.py).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -37,6 +38,8 @@ from ...scope import Scope
 from .store import Distance, check_vector, distance
 from ..base import HIT_COLUMNS, NO_WORDS, Context, Outcome, Row, Strategy, has_words
 from ..params import PAGING, Param
+
+logger = logging.getLogger(__name__)
 
 _NEAREST = """
 SELECT {columns}, e.embedding::vector({dim}) {op} %(query)s::vector({dim}) AS score {extra}
@@ -100,7 +103,10 @@ class _Vector(Strategy):
         except BackendUnavailable:
             raise
         except Exception as exc:  # the model failing is the backend being unavailable
-            raise BackendUnavailable(f"embedder {pipeline.embedder!r} failed: {exc}") from exc
+            # Its text stays in the log: a library's message may name files, hosts or keys.
+            logger.exception("embedder %r failed on a query", pipeline.embedder)
+            raise BackendUnavailable(f"embedder {pipeline.embedder!r} failed "
+                                     f"({type(exc).__name__}): see the server log") from exc
         return vector, (time.perf_counter() - started) * 1000
 
     def nearest(self, conn: psycopg.Connection, pipeline: Pipeline, scope: Scope, vector: np.ndarray,
