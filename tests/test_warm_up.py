@@ -40,6 +40,18 @@ def test_an_embedder_that_cannot_load_is_raised_after_the_rest_is_warm(client, m
     assert client._db._pool is not None and client._engine is not None
 
 
+def test_the_embedder_can_be_left_out_of_the_warm_up(data_dir, server, monkeypatch):
+    """PGBRAID_WARM_EMBEDDER=0: a lexical-only server keeps the model's memory."""
+    import pgbraid
+
+    monkeypatch.setattr(embedders, "_loaded", {})
+    monkeypatch.setattr(minilm, "_session", _never_loaded)
+    monkeypatch.setenv("PGBRAID_WARM_EMBEDDER", "0")
+    with pgbraid.connect(data_dir=data_dir) as lexical:
+        lexical.warm_up()
+        assert lexical._db._pool is not None and lexical._engine is not None
+
+
 def _mapped(pid: int, library: str) -> bool:
     with open(f"/proc/{pid}/maps") as maps:
         return library in maps.read()

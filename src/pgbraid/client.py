@@ -72,15 +72,15 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
     def warm_up(self) -> None:
         """Pay now what a process's first search would: open the pool (migrating, Citus
         check, pgvector adapters), build the engine, load the language model (the
-        query's language is detected) and the default embedder's query side (a
-        similarity search embeds its query). ``pgbraid serve`` calls it before it
+        query's language is detected) and, unless ``warm_embedder`` is off, the default
+        embedder's query side (a similarity search embeds its query). ``pgbraid serve`` calls it before it
         listens. The models first: they need no server, so a server down at start-up
         leaves only the pool for the first request; an embedder that cannot load is
         raised last, after the rest is warm (it fails only searches that embed)."""
         from .ingest.language import load_model
 
         load_model()
-        unloaded = self._warm_embedder()
+        unloaded = self._warm_embedder() if self.settings.warm_embedder else None
         self._db.open()
         self.engine  # noqa: B018  (built once, under its lock)
         if unloaded is not None:

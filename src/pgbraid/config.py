@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     """Opt in to Tiger Data's pg_textsearch as a bm25 engine (used only when installed too)."""
     age: bool = False
     """Opt in to Apache AGE for graph (used only when installed too)."""
+    warm_embedder: bool = True
+    """``warm_up`` (``pgbraid serve`` before it listens) loads the default embedder too:
+    off, a lexical-only server keeps ~230 MB a worker and its first similarity search
+    pays the load instead."""
     live_private_hosts: bool = False
     """Let live sources reach loopback, private, link-local and other non-global addresses
     (a source on this machine or its network). Off, a fetch whose host resolves to one is
