@@ -122,6 +122,16 @@ def test_a_bad_file_says_where_and_writes_nothing(client, pipeline, tmp_path, na
     assert messages[0][1].endswith("(nothing of this file was ingested)")
 
 
+def test_failed_counts_every_bad_record_of_a_file(client, pipeline, tmp_path):
+    """A CSV with 30 rows without text: 30 failures, one a row (the CLI's text names the
+    first 20), not 20 and a summary line."""
+    path = tmp_path / "many.csv"
+    path.write_text("id,text\n" + "".join(f"{i},\n" for i in range(30)), encoding="utf-8")
+    report = client.ingest(pipeline, [path])
+    assert report.added == 0 and len(report.failed) == 30
+    assert [f.source for f in report.failed] == [f"{path}:{i + 2}" for i in range(30)]
+
+
 def test_a_folder_reports_what_it_skipped(env, client, pipeline, tmp_path):
     (tmp_path / "a.md").write_text("# Pumps\n\nCentrifugal pump maintenance.\n")
     (tmp_path / "scan.pdf").write_bytes(b"%PDF-1.4")

@@ -23,7 +23,6 @@ from .readers import FieldMap, ReadError, SourceDocument, document_from_record
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".tab")
 JSON_SUFFIXES = (".json", ".json.gz")
-MAX_ERRORS = 20  # per file: past this, one line says how many more
 NOTHING_WRITTEN = " (nothing of this file was ingested)"
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # fields as long as a document may be
 
@@ -59,13 +58,12 @@ def read_file(path: Path, fields: FieldMap) -> Iterator[SourceDocument | ReadErr
 
 
 def _failed(path: Path, errors: list[ReadError]) -> Iterator[ReadError]:
-    """A failed file's report: one failure a problem (a file that is no records at all is
-    one), each saying the file was not written, rather than one more failure saying it."""
-    for error in errors[:MAX_ERRORS]:
+    """A failed file's report: one failure a problem, every one (so ``failed`` counts the
+    bad records; the CLI's text shows the first 20, as for JSONL), each saying the file
+    was not written, rather than one more failure saying it (a file that is no records
+    at all is one)."""
+    for error in errors:
         yield ReadError(error.source, f"{error.message}{NOTHING_WRITTEN}")
-    if len(errors) > MAX_ERRORS:
-        yield ReadError(str(path), f"{len(errors) - MAX_ERRORS} more bad records"
-                                   f"{NOTHING_WRITTEN}")
 
 
 class _FileError(Exception):
