@@ -73,10 +73,11 @@ class Client(Writes, Entities, TenantAdmin, LiveSources):
         """Pay now what a process's first search would: open the pool (migrating, Citus
         check, pgvector adapters), build the engine, load the language model (the
         query's language is detected) and, unless ``warm_embedder`` is off, the default
-        embedder's query side (a similarity search embeds its query). ``pgbraid serve`` calls it before it
-        listens. The models first: they need no server, so a server down at start-up
-        leaves only the pool for the first request; an embedder that cannot load is
-        raised last, after the rest is warm (it fails only searches that embed)."""
+        embedder's query side (a similarity search embeds its query). ``pgbraid serve``
+        calls it before it listens. The models first: they need no server, so a server
+        down at start-up leaves only the pool for the first request; an embedder that
+        cannot load is raised last, after the rest is warm (it fails only searches that
+        embed)."""
         from .ingest.language import load_model
 
         load_model()

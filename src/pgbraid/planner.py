@@ -197,13 +197,11 @@ def plan(query: str, *, graph: bool = False) -> Plan:
         kinds = sorted({kind for kind, _ in found})
         return Plan(legs, [f"exact identifiers ({', '.join(kinds)}): lexical legs weigh most, "
                            "hits holding them verbatim come first"], promotable(found))
-    if is_question(query):
+    if is_question(query) or len(words) >= LONG_QUERY_WORDS:
+        shape = ("natural-language question" if is_question(query)
+                 else f"a long query ({LONG_QUERY_WORDS} words or more)")
         return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
-                    ["natural-language question: semantic leg weighs most"])
-    if len(words) >= LONG_QUERY_WORDS:
-        return Plan([Leg("bm25", 1.0), Leg("similarity", 1.5)],
-                    [f"a long query ({LONG_QUERY_WORDS} words or more): semantic leg weighs "
-                     "most"])
+                    [f"{shape}: semantic leg weighs most"])
     legs = [Leg("bm25", 1.0), Leg("similarity", 1.0)]
     reasons = ["keywords: lexical and semantic legs weigh the same"]
     if not has_words(query):

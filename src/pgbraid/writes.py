@@ -108,9 +108,10 @@ class Writes:
     def ingest(self, pipeline: str, source: Iterable[Path | str] | Iterable[dict[str, Any]], *,
                fields: FieldMap = FieldMap(), on_error: Literal["continue", "stop"] = "continue",
                progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
-        """Ingest files/folders (paths) or records (dicts in the JSONL format). Every
-        record is checked first (ingest/records.py): one with an unknown field or a
-        wrong type refuses the call, and nothing of it is written."""
+        """Ingest files/folders (paths) or records (dicts in the JSONL format), checked
+        against the record schema (ingest/records.py): in a list, one with an unknown
+        field or a wrong type refuses the call and nothing of it is written; from a
+        generator, it fails alone in the report."""
         self.principal.require(pipeline, "write")
         source = records.checked(source, fields)
         with self._session() as conn:

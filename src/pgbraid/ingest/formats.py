@@ -52,12 +52,12 @@ def read_file(path: Path, fields: FieldMap) -> Iterator[SourceDocument | ReadErr
     if not errors and not documents:
         errors.append(ReadError(str(path), "the file holds no records"))
     if errors:
-        yield from _failed(path, errors)
+        yield from _failed(errors)
         return
     yield from documents
 
 
-def _failed(path: Path, errors: list[ReadError]) -> Iterator[ReadError]:
+def _failed(errors: list[ReadError]) -> Iterator[ReadError]:
     """A failed file's report: one failure a problem, every one (so ``failed`` counts the
     bad records; the CLI's text shows the first 20, as for JSONL), each saying the file
     was not written, rather than one more failure saying it (a file that is no records
